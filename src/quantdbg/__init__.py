@@ -1,0 +1,37 @@
+"""quantdbg: INT8 post-training quantization of ONNX models for TensorRT, and its debugging.
+
+The public API is re-exported here lazily, so ``import quantdbg`` stays cheap and never imports
+an optional dependency.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # errors
+    "QuantDbgError": "quantdbg.errors", "ModelError": "quantdbg.errors", "DataError": "quantdbg.errors",
+    "ConfigError": "quantdbg.errors", "MissingDependencyError": "quantdbg.errors",
+    "BackendError": "quantdbg.errors", "NotCalibratedError": "quantdbg.errors",
+    "QuantDbgWarning": "quantdbg.errors",
+    # configs and data
+    "CalibConfig": "quantdbg.config", "QuantConfig": "quantdbg.config", "Precision": "quantdbg.config",
+    "load_model": "quantdbg.model", "save_model": "quantdbg.model",
+    "ArrayData": "quantdbg.data", "load_npz": "quantdbg.data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quantdbg' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+__all__ = sorted(_EXPORTS)

@@ -1,0 +1,6 @@
+"""``python -m quantdbg`` runs the CLI."""
+import sys
+
+from quantdbg.cli import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""The ``quantdbg`` command: argparse subcommands, each a thin wrapper over the Python API.
+
+Each subcommand lives in its own module of this package and exposes ``register(subparsers)``,
+which adds its parser and sets ``func(args) -> int``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from quantdbg.errors import QuantDbgError
+
+# Modules of this package that define subcommands, in the order `--help` lists them.
+_COMMAND_MODULES = ("calibrate", "analyze", "lint", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Returns the parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(prog="quantdbg", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="More log output (-vv: debug).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        importlib.import_module(f"quantdbg.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the CLI. A QuantDbgError prints one line on stderr and returns 2.
+
+    Args:
+        argv: Arguments without the program name (None: ``sys.argv[1:]``).
+
+    Returns:
+        The process exit status.
+    """
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except QuantDbgError as err:
+        sys.stderr.write(f"quantdbg {args.command}: error: {err}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Shared fixtures: a seeded RNG and the location of the optional model zoo."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # so tests can `import models`
+
+ZOO = Path(os.environ.get("QDBG_MODELS", "/tmp/qdbg_models"))
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.fixture
+def zoo_model():
+    """Returns a function name -> folder of a built zoo model, skipping when it is absent."""
+    def get(name: str) -> Path:
+        folder = ZOO / name
+        if not (folder / "model.onnx").is_file():
+            pytest.skip(f"zoo model {name!r} not built at {folder} (see ../shared/models/README.md)")
+        return folder
+    return get
