@@ -1,0 +1,41 @@
+"""Atomic file writes: a reader never sees a half-written file, and nothing is written unless
+the caller named a path."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from quantdbg.errors import ConfigError
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Writes ``data`` to a temporary file beside ``path``, then renames it over ``path``.
+
+    Raises:
+        ConfigError: The destination folder does not exist.
+    """
+    dest = Path(path)
+    if not dest.parent.is_dir():
+        raise ConfigError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return dest
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Writes UTF-8 ``text`` atomically (see :func:`write_bytes_atomic`)."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Writes ``obj`` as indented, key-sorted JSON atomically."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
