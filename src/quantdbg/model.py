@@ -145,7 +145,9 @@ def _check(model: onnx.ModelProto) -> None:
         else:
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "model.onnx"
-                onnx.save(model, str(path), save_as_external_data=True, location="weights.bin")
+                copy = onnx.ModelProto()
+                copy.CopyFrom(model)  # onnx.save rewrites the initializers it externalises
+                onnx.save(copy, str(path), save_as_external_data=True, location="weights.bin")
                 onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as err:
         raise ModelError(f"The ONNX checker rejected the model: {err}") from err
@@ -255,8 +257,9 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
         if model.ByteSize() < _TWO_GB:
             onnx.save(model, tmp)
         else:
-            data_name = dest.name + ".data"
-            onnx.save(model, tmp, save_as_external_data=True, location=data_name)
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)  # onnx.save rewrites the initializers it externalises
+            onnx.save(copy, tmp, save_as_external_data=True, location=dest.name + ".data")
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):

@@ -1,0 +1,27 @@
+"""Atomic writes leave either the old file or the new one, never a partial one."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quantdbg._io import write_json_atomic, write_text_atomic
+from quantdbg.errors import ConfigError
+
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "a.json"
+    write_text_atomic(path, "old")
+    write_json_atomic(path, {"b": 1, "a": [1.5]})
+    assert json.loads(path.read_text()) == {"a": [1.5], "b": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_atomic_write_failure_keeps_the_old_file(tmp_path):
+    path = tmp_path / "a.json"
+    write_text_atomic(path, "old")
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"x": object()})
+    assert path.read_text() == "old"
+    with pytest.raises(ConfigError, match="does not exist"):
+        write_text_atomic(tmp_path / "no" / "a.txt", "x")
