@@ -104,7 +104,7 @@ def train(net, x: np.ndarray, y: np.ndarray, epochs: int) -> list[float]:
             loss.backward()
             opt.step()
             sched.step()
-        losses.append(round(float(loss), 4))
+        losses.append(round(float(loss.detach()), 4))
     net.eval()
     return losses
 

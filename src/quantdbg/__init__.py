@@ -20,6 +20,12 @@ _EXPORTS = {
     "CalibConfig": "quantdbg.config", "QuantConfig": "quantdbg.config", "Precision": "quantdbg.config",
     "load_model": "quantdbg.model", "save_model": "quantdbg.model",
     "ArrayData": "quantdbg.data", "load_npz": "quantdbg.data",
+    # Q/DQ placement, insertion, removal; the one-call path; the ONNX Runtime backend
+    "quantize": "quantdbg.api",
+    "QuantTarget": "quantdbg.qdq", "QdqPlan": "quantdbg.qdq", "QdqRecord": "quantdbg.qdq",
+    "QuantizedModel": "quantdbg.qdq", "plan_qdq": "quantdbg.qdq", "insert_qdq": "quantdbg.qdq",
+    "remove_qdq": "quantdbg.qdq", "records_from_model": "quantdbg.qdq",
+    "OnnxrtRunner": "quantdbg.backends.onnxrt", "OrtConfig": "quantdbg.backends.onnxrt",
 }
 
 

@@ -1,5 +1,151 @@
-"""PLACEHOLDER until its owner writes it."""
+"""``quantdbg calibrate``: calibrate an FP32 model and write its INT8 Q/DQ version."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from quantdbg.errors import ConfigError
+
+_METHODS_HELP = "minmax, entropy, percentile, mse, or a plugin calibrator"
 
 
-def register(sub):
-    pass
+def register(sub: argparse._SubParsersAction) -> None:
+    """Adds the ``calibrate`` subcommand to ``sub``."""
+    parser = sub.add_parser(
+        "calibrate", help="Calibrate an FP32 ONNX model and write its INT8 Q/DQ model.",
+        description="Calibrate an FP32 ONNX model on representative inputs and write the Q/DQ model "
+                    "TensorRT builds with explicit quantization.")
+    parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    parser.add_argument("--data", required=True, metavar="CALIB.npz",
+                        help=".npz mapping each model input name to its samples (axis 0).")
+    parser.add_argument("--method", default="entropy", metavar="{minmax,entropy,percentile,mse}",
+                        help=f"Default calibrator for activations ({_METHODS_HELP}; default: entropy).")
+    parser.add_argument("--out", required=True, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N",
+                        help="Samples per calibration batch (scales do not depend on it; default 32).")
+    parser.add_argument("--cache", metavar="FILE", help="Also write a TensorRT calibration cache.")
+    parser.add_argument("--scales", metavar="FILE.json", help="Also write every scale as JSON.")
+    parser.add_argument("--exclude", nargs="+", default=[], metavar="GLOB",
+                        help="Node names or globs to leave in floating point.")
+    parser.add_argument("--percentile", type=float, metavar="P",
+                        help="Percentile kept by the percentile calibrator, in (50, 100] (default 99.99).")
+    parser.add_argument("--per-op", nargs="+", default=[], metavar="OP=METHOD",
+                        help="Calibrator for activations read by an op type, e.g. Conv=entropy.")
+    parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
+                        help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
+    parser.add_argument("--no-progress", action="store_true", help="Do not draw a progress bar.")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``quantdbg calibrate`` with parsed arguments.
+
+    Returns:
+        0 on success.
+
+    Raises:
+        QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
+    """
+    from quantdbg.api import quantize
+    from quantdbg.config import QuantConfig
+
+    outputs = _check_paths(args)
+    calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
+    qmodel = quantize(args.model, args.data, calib, QuantConfig(exclude=tuple(args.exclude)),
+                      batch_size=args.batch_size, progress=not args.no_progress)
+    qmodel.save(outputs["out"])
+    written = [str(outputs["out"])]
+    written += _write_scales(qmodel, outputs.get("cache"), outputs.get("scales"))
+    result = qmodel.calibration
+    samples = f"{result.n_samples} samples in {result.n_batches} batches" if result is not None else ""
+    sys.stdout.write(f"{len(qmodel.records)} Q/DQ pairs on {len(qmodel.layers)} nodes, calibrated on "
+                     f"{samples}; wrote {', '.join(written)}\n")
+    return 0
+
+
+def _check_paths(args: argparse.Namespace) -> dict[str, Path]:
+    """Fails before any work when an output cannot be written or would overwrite the model."""
+    model = Path(args.model).resolve()
+    outputs = {"out": Path(args.out)}
+    if args.cache:
+        outputs["cache"] = Path(args.cache)
+    if args.scales:
+        outputs["scales"] = Path(args.scales)
+    for option, path in outputs.items():
+        if path.resolve() == model:
+            raise ConfigError(f"--{option} {str(path)!r} is the input model; choose another path "
+                              "(the input model is never modified).")
+        if not path.parent.is_dir():
+            raise ConfigError(f"--{option} {str(path)!r}: folder {str(path.parent)!r} does not exist.")
+    return outputs
+
+
+def calib_config(method: str, per_op: Sequence[str], per_tensor: Sequence[str],
+                 percentile: float | None) -> Any:
+    """Builds the CalibConfig the command-line options describe.
+
+    Args:
+        method: Default calibrator name.
+        per_op: ``OP=METHOD`` entries.
+        per_tensor: ``GLOB=METHOD`` entries (first match wins, in the order given).
+        percentile: Percentile for every use of the ``percentile`` calibrator (None: its default).
+
+    Returns:
+        A validated CalibConfig.
+
+    Raises:
+        ConfigError: A malformed entry, an unknown calibrator, or ``percentile`` given while no
+            option selects the percentile calibrator.
+    """
+    from quantdbg.calibrators import PercentileConfig, calibrator_name
+    from quantdbg.config import CalibConfig
+
+    ops = _pairs("--per-op", "OP=METHOD", per_op)
+    tensors = _pairs("--per-tensor", "GLOB=METHOD", per_tensor)
+    names = [method, *ops.values(), *tensors.values()]
+    for name in names:
+        calibrator_name(name)  # ConfigError with suggestions for an unknown name
+    if percentile is not None:
+        if "percentile" not in names:
+            raise ConfigError("--percentile sets the percentile calibrator, but neither --method, --per-op "
+                              "nor --per-tensor selects it; add --method percentile or drop --percentile.")
+        spec = PercentileConfig(percentile)
+
+        def swap(name: str) -> Any:
+            return spec if name == "percentile" else name
+
+        method = swap(method)
+        ops = {k: swap(v) for k, v in ops.items()}
+        tensors = {k: swap(v) for k, v in tensors.items()}
+    return CalibConfig(method=method, per_op=ops, per_tensor=tensors)
+
+
+def _pairs(option: str, form: str, entries: Sequence[str]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key or not value:
+            raise ConfigError(f"{option} expects {form}, got {entry!r}.")
+        pairs[key] = value
+    return pairs
+
+
+def _write_scales(qmodel: Any, cache: Path | None, scales: Path | None) -> list[str]:
+    """Writes the TensorRT calibration cache and the JSON scales file when asked for."""
+    if cache is None and scales is None:
+        return []
+    from quantdbg import cache as cache_io
+
+    written = []
+    if cache is not None:
+        cache_io.write_trt_cache(qmodel, cache)
+        written.append(str(cache))
+    if scales is not None:
+        cache_io.write_scales_json(qmodel, scales)
+        written.append(str(scales))
+    return written

@@ -1,0 +1,349 @@
+"""Graphs built for sensitivity analysis, so each sweep runs in one ONNX Runtime session.
+
+* :func:`switch_graph`: the Q/DQ model with every recorded pair wrapped as
+  ``Where(enable_<layer>, DQ(Q(x)), x)``; a boolean graph input per layer turns its pairs on or
+  off, so every isolated / leave-one-out / fallback variant is only a different feed.
+* :func:`local_graph`: the FP32 model plus, per layer (and per candidate range), a clone of the
+  layer reading Q/DQ copies of its FP32 inputs; in-graph float64 reductions return the clone's
+  output error, so one FP32-speed pass gives every layer's local error.
+* :func:`expose`: a model with extra graph outputs (for the cumulative comparison).
+
+The link between a layer and its pairs always comes from the QdqRecords, never from names.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from quantdbg.errors import ModelError
+from quantdbg.qdq import QdqRecord, QuantizedModel
+
+ENABLE_PREFIX = "quantdbg_enable/"
+LOCAL_SUFFIX = "/quantdbg_local"
+REDUCTIONS = ("signal", "noise", "dot", "test", "max_abs", "count")
+"""The per-output scalars a local clone reports: sum r^2, sum (t-r)^2, sum r*t, sum t^2, max|t-r|
+(float64) and the element count (int64)."""
+
+
+class _Names:
+    """Fresh, deterministic names that collide with nothing in the model."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.used = {n.name for n in graph.node} | {i.name for i in graph.initializer}
+        self.used |= {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+        self.used |= {t for n in graph.node for t in (*n.input, *n.output)}
+
+    def __call__(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def _nodes_by_name(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    return {node.name: node for node in model.graph.node}
+
+
+def _constant(model: onnx.ModelProto, name: str) -> np.ndarray | None:
+    """Values of an initializer or a Constant node's output named ``name``."""
+    for init in model.graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output[0] == name:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    return numpy_helper.to_array(attr.t)
+    return None
+
+
+@dataclass(frozen=True)
+class SwitchGraph:
+    """The Q/DQ model with one boolean switch input per quantized layer.
+
+    Attributes:
+        model: The model; its inputs are the original ones plus one scalar bool per layer.
+        switches: Layer name -> its switch input's name, in graph order.
+    """
+
+    model: onnx.ModelProto
+    switches: Mapping[str, str]
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Quantized layers, in graph order."""
+        return tuple(self.switches)
+
+    def feed(self, quantized: Iterable[str]) -> dict[str, np.ndarray]:
+        """Switch values that quantize exactly the layers in ``quantized``."""
+        on = set(quantized)
+        return {name: np.array(layer in on) for layer, name in self.switches.items()}
+
+
+def _fp32_weight(fp_model: onnx.ModelProto, record: QdqRecord) -> np.ndarray:
+    values = _constant(fp_model, record.tensor)
+    if values is None:
+        raise ModelError(f"Weight {record.tensor!r} of node {record.node!r} is stored as INT8 in the Q/DQ "
+                         "model and the FP32 model has no initializer of that name; pass the FP32 original "
+                         "the Q/DQ model was made from.")
+    return values
+
+
+def _fp_source(qmodel: QuantizedModel, fp_model: onnx.ModelProto, record: QdqRecord,
+               nodes: Mapping[str, onnx.NodeProto], names: _Names,
+               added: list[onnx.TensorProto]) -> str:
+    """Name of the FP32 tensor a record's pair quantizes, inside the Q/DQ model."""
+    if record.quantize_node is not None:
+        q = nodes.get(record.quantize_node)
+        if q is None or q.op_type != "QuantizeLinear":
+            raise ModelError(f"QuantizeLinear {record.quantize_node!r} recorded for node {record.node!r} "
+                             "is not in the Q/DQ model; rebuild the records with records_from_model().")
+        return q.input[0]
+    tensor = numpy_helper.from_array(_fp32_weight(fp_model, record), names(f"{record.tensor}/fp32"))
+    added.append(tensor)
+    return tensor.name
+
+
+def _dq_output(record: QdqRecord, nodes: Mapping[str, onnx.NodeProto]) -> str:
+    dq = nodes.get(record.dequantize_node)
+    consumer = nodes.get(record.node)
+    if dq is None or consumer is None or len(consumer.input) <= record.input_index \
+            or consumer.input[record.input_index] != dq.output[0]:
+        raise ModelError(f"Input {record.input_index} of node {record.node!r} is not fed by DequantizeLinear "
+                         f"{record.dequantize_node!r} as its record says; the model was edited after "
+                         "quantization. Rebuild the records with records_from_model().")
+    return dq.output[0]
+
+
+def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGraph:
+    """Wraps every recorded pair as ``Where(switch, DQ(Q(x)), x)`` with a switch per layer.
+
+    Args:
+        qmodel: The Q/DQ model and its records.
+        fp_model: The FP32 original (only read for weights stored as INT8 without their FP32
+            values).
+
+    Returns:
+        The switchable model; all switches on reproduces ``qmodel``, all off the FP32 model.
+
+    Raises:
+        ModelError: A record does not match the model.
+    """
+    model = _copy(qmodel.model)
+    names = _Names(model)
+    nodes = _nodes_by_name(model)
+    switches = {layer: names(f"{ENABLE_PREFIX}{layer}") for layer in qmodel.layers}
+    added: list[onnx.TensorProto] = []
+    wheres: dict[str, list[onnx.NodeProto]] = {}
+    for record in qmodel.records:
+        dq_out = _dq_output(record, nodes)
+        source = _fp_source(qmodel, fp_model, record, nodes, names, added)
+        out = names(f"{dq_out}/switched")
+        wheres.setdefault(record.node, []).append(helper.make_node(
+            "Where", [switches[record.node], dq_out, source], [out], name=names(f"{record.node}/switch")))
+        nodes[record.node].input[record.input_index] = out
+    ordered = []
+    for node in model.graph.node:
+        ordered.extend(wheres.get(node.name, ()))  # just before their consumer: still topological
+        ordered.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(ordered)
+    model.graph.initializer.extend(added)
+    model.graph.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, [])
+                             for name in switches.values())
+    return SwitchGraph(model, switches)
+
+
+@dataclass(frozen=True)
+class LocalVariant:
+    """One clone of a layer in the local graph.
+
+    Attributes:
+        layer: The layer's node name.
+        label: What the clone tests, e.g. ``"recorded"`` or a calibrator name.
+        activation_amax: Input index -> amax replacing the recorded activation range (symmetric
+            INT8, scale ``amax / 127``); inputs not listed keep their recorded pair.
+    """
+
+    layer: str
+    label: str
+    activation_amax: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class LocalGraph:
+    """The FP32 model plus quantized clones of layers and their error reductions.
+
+    Attributes:
+        model: The model; its extra outputs are float64 scalars.
+        outputs: (variant index, layer output index) -> the names of the :data:`REDUCTIONS`.
+        variants: The clones, in the order of ``outputs``' first key.
+    """
+
+    model: onnx.ModelProto
+    outputs: Mapping[tuple[int, int], tuple[str, ...]]
+    variants: tuple[LocalVariant, ...]
+
+
+def _qdq_nodes(qmodel: QuantizedModel, record: QdqRecord, source: str, amax: float | None,
+               names: _Names) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
+    """Q/DQ of ``source`` with the record's parameters (or a symmetric ``amax``)."""
+    base = f"{record.node}/input{record.input_index}{LOCAL_SUFFIX}"
+    zp_dtype = _zero_point_dtype(qmodel, record)
+    if amax is None:
+        scale = np.asarray(record.scale, np.float32)
+        zero = np.asarray(record.zero_point or (0,) * len(record.scale)).astype(zp_dtype)
+        if record.axis is None:
+            scale, zero = scale.reshape(()), zero.reshape(())
+    else:
+        scale = np.asarray(max(amax, 1e-30) / 127.0, np.float32)
+        zero = np.zeros((), np.int8)
+    attrs = {} if record.axis is None or amax is not None else {"axis": record.axis}
+    inits = [numpy_helper.from_array(scale, names(f"{base}/scale")),
+             numpy_helper.from_array(zero, names(f"{base}/zero_point"))]
+    quantized, out = names(f"{base}/quantized"), names(f"{base}/dequantized")
+    nodes = [helper.make_node("QuantizeLinear", [source, inits[0].name, inits[1].name], [quantized],
+                              name=names(f"{base}/QuantizeLinear"), **attrs),
+             helper.make_node("DequantizeLinear", [quantized, inits[0].name, inits[1].name], [out],
+                              name=names(f"{base}/DequantizeLinear"), **attrs)]
+    return nodes, inits, out
+
+
+def _zero_point_dtype(qmodel: QuantizedModel, record: QdqRecord) -> np.dtype:
+    dq = _nodes_by_name(qmodel.model).get(record.dequantize_node)
+    if dq is not None and len(dq.input) > 2 and dq.input[2]:
+        values = _constant(qmodel.model, dq.input[2])
+        if values is not None:
+            return values.dtype
+    return np.dtype(np.int8)
+
+
+def _reductions(ref: str, test: str, names: _Names,
+                base: str) -> tuple[list[onnx.NodeProto], tuple[str, ...]]:
+    """The :data:`REDUCTIONS` of a test tensor against its reference."""
+    r64, t64, diff, prod, absd = (names(f"{base}/{s}")
+                                  for s in ("ref64", "test64", "diff", "prod", "absdiff"))
+    outs = tuple(names(f"{base}/{s}") for s in REDUCTIONS)
+    nodes = [
+        helper.make_node("Cast", [ref], [r64], to=TensorProto.DOUBLE, name=names(f"{base}/CastRef")),
+        helper.make_node("Cast", [test], [t64], to=TensorProto.DOUBLE, name=names(f"{base}/CastTest")),
+        helper.make_node("Sub", [t64, r64], [diff], name=names(f"{base}/Sub")),
+        helper.make_node("Mul", [r64, t64], [prod], name=names(f"{base}/Mul")),
+        helper.make_node("Abs", [diff], [absd], name=names(f"{base}/Abs")),
+        helper.make_node("ReduceSumSquare", [r64], [outs[0]], keepdims=0, name=names(f"{base}/Signal")),
+        helper.make_node("ReduceSumSquare", [diff], [outs[1]], keepdims=0, name=names(f"{base}/Noise")),
+        helper.make_node("ReduceSum", [prod], [outs[2]], keepdims=0, name=names(f"{base}/Dot")),
+        helper.make_node("ReduceSumSquare", [t64], [outs[3]], keepdims=0, name=names(f"{base}/Test")),
+        helper.make_node("ReduceMax", [absd], [outs[4]], keepdims=0, name=names(f"{base}/MaxAbs")),
+        helper.make_node("Size", [ref], [outs[5]], name=names(f"{base}/Count")),
+    ]
+    return nodes, outs
+
+
+def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
+                variants: Sequence[LocalVariant]) -> LocalGraph:
+    """Builds the FP32 model with quantized clones of layers that report their output error.
+
+    Each clone reads the FP32 model's own inputs of the layer, passed through Q/DQ pairs with the
+    recorded parameters (or a variant's activation range), so its error is the layer's local
+    error, free of upstream quantization error.
+
+    Args:
+        fp_model: The FP32 model (node names as in ``qmodel``).
+        qmodel: The Q/DQ model's records (and constants for stored-INT8 weights).
+        variants: The clones to build.
+
+    Returns:
+        The graph and where each clone's reductions are.
+
+    Raises:
+        ModelError: A layer is not a node of ``fp_model``.
+    """
+    model = _copy(fp_model)
+    names = _Names(model)
+    fp_nodes = _nodes_by_name(model)
+    extra_nodes: dict[str, list[onnx.NodeProto]] = {}
+    inits: list[onnx.TensorProto] = []
+    outputs: dict[tuple[int, int], tuple[str, ...]] = {}
+    float_outputs = _float_tensors(model)
+    for index, variant in enumerate(variants):
+        node = fp_nodes.get(variant.layer)
+        if node is None:
+            raise ModelError(f"Quantized node {variant.layer!r} is not in the FP32 model; pass the FP32 "
+                             "original of the Q/DQ model (node names must match).")
+        clone = onnx.NodeProto()
+        clone.CopyFrom(node)
+        clone.name = names(f"{node.name}{LOCAL_SUFFIX}")
+        added: list[onnx.NodeProto] = []
+        for record in qmodel.records_of(variant.layer):
+            source = node.input[record.input_index] if len(node.input) > record.input_index else ""
+            if source != record.tensor:
+                raise ModelError(f"Input {record.input_index} of node {variant.layer!r} in the FP32 model is "
+                                 f"{source!r}, but the Q/DQ record says {record.tensor!r}; pass the FP32 "
+                                 "original the Q/DQ model was made from.")
+            amax = variant.activation_amax.get(record.input_index)
+            qdq, consts, out = _qdq_nodes(qmodel, record, source, amax, names)
+            added += qdq
+            inits += consts
+            clone.input[record.input_index] = out
+        added.append(clone)  # after the Q/DQ it reads, before the reductions that read it
+        for k, out_name in enumerate(node.output):
+            if not out_name:
+                continue
+            clone.output[k] = names(f"{out_name}{LOCAL_SUFFIX}")
+            if out_name in float_outputs:
+                red, outs = _reductions(out_name, clone.output[k], names,
+                                        f"{clone.name}/{variant.label}/out{k}")
+                added += red
+                outputs[(index, k)] = outs
+        extra_nodes.setdefault(node.name, []).extend(added)
+    _append_after(model, extra_nodes)
+    model.graph.initializer.extend(inits)
+    model.graph.output.extend(
+        helper.make_tensor_value_info(name, TensorProto.INT64 if kind == "count" else TensorProto.DOUBLE, [])
+        for outs in outputs.values() for kind, name in zip(REDUCTIONS, outs, strict=True))
+    return LocalGraph(model, outputs, tuple(variants))
+
+
+def _append_after(model: onnx.ModelProto, extra: Mapping[str, list[onnx.NodeProto]]) -> None:
+    """Re-orders the graph so each layer's added nodes follow the layer (topological order)."""
+    ordered = []
+    for node in model.graph.node:
+        ordered.append(node)
+        ordered.extend(extra.get(node.name, ()))
+    del model.graph.node[:]
+    model.graph.node.extend(ordered)
+
+
+def _float_tensors(model: onnx.ModelProto) -> set[str]:
+    """Names of float32 values known from shape inference (plus graph inputs/outputs)."""
+    values = (*model.graph.value_info, *model.graph.input, *model.graph.output)
+    return {v.name for v in values if v.type.tensor_type.elem_type == TensorProto.FLOAT}
+
+
+def float_value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Value name -> ONNX element type, from the model's value_info, inputs and outputs."""
+    values = (*model.graph.value_info, *model.graph.input, *model.graph.output)
+    return {v.name: v.type.tensor_type.elem_type for v in values}
+
+
+def expose(model: onnx.ModelProto, tensors: Sequence[str]) -> onnx.ModelProto:
+    """A copy of ``model`` with ``tensors`` added as float32 graph outputs (existing ones kept)."""
+    out = _copy(model)
+    present = {o.name for o in out.graph.output}
+    out.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                            for name in tensors if name not in present)
+    return out

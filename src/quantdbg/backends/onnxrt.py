@@ -1,0 +1,225 @@
+"""ONNX Runtime backend: CPU by default, CUDA/TensorRT execution providers when installed."""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+
+from quantdbg.backends.base import Runner, RunnerFactory
+from quantdbg.errors import BackendError, ConfigError, QuantDbgError, unknown
+from quantdbg.model import TensorSpec, input_specs, output_specs
+
+Provider = Literal["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
+PROVIDERS: tuple[str, ...] = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
+OptimizationLevel = Literal["disable", "basic", "extended", "all"]
+_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+           "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+_TWO_GB = 2**31 - 1
+# ONNX Runtime's message when a provider has no kernel for an op/type combination.
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+
+ModelInput = onnx.ModelProto | str | os.PathLike
+
+
+@dataclass(frozen=True)
+class OrtConfig:
+    """ONNX Runtime session settings.
+
+    Attributes:
+        providers: Execution providers in priority order. Each listed provider must be usable;
+            quantdbg never silently falls back to another one.
+        intra_op_num_threads: Threads inside one op (0: ONNX Runtime's default, all cores).
+        inter_op_num_threads: Threads across ops (0: default).
+        graph_optimization_level: ``"disable"`` runs the graph exactly as written (Q/DQ
+            simulated in float); ``"all"`` lets ONNX Runtime fuse Q/DQ into integer kernels.
+        log_severity_level: ONNX Runtime's log level (0 verbose ... 4 fatal).
+    """
+
+    providers: tuple[Provider, ...] = ("CPUExecutionProvider",)
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    graph_optimization_level: OptimizationLevel = "all"
+    log_severity_level: int = 3
+
+    def __post_init__(self) -> None:
+        if isinstance(self.providers, str):
+            raise ConfigError("providers takes a sequence of provider names, not one string.")
+        object.__setattr__(self, "providers", tuple(self.providers))
+        if not self.providers:
+            raise ConfigError("providers is empty; list at least 'CPUExecutionProvider'.")
+        for provider in self.providers:
+            if provider not in PROVIDERS:
+                near = difflib.get_close_matches(str(provider), PROVIDERS, n=1)
+                hint = f" Did you mean {near[0]!r}?" if near else ""
+                raise ConfigError(f"Unknown execution provider {provider!r}; quantdbg supports "
+                                  f"{', '.join(PROVIDERS)}.{hint}")
+        if self.graph_optimization_level not in _LEVELS:
+            raise ConfigError(f"graph_optimization_level must be one of {sorted(_LEVELS)}, "
+                              f"got {self.graph_optimization_level!r}.")
+        for name in ("intra_op_num_threads", "inter_op_num_threads"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (0: ONNX Runtime's default), "
+                                  f"got {getattr(self, name)}.")
+        if not 0 <= self.log_severity_level <= 4:
+            raise ConfigError(f"log_severity_level must be in 0..4, got {self.log_severity_level}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the settings as JSON-ready data."""
+        return {"providers": list(self.providers), "intra_op_num_threads": self.intra_op_num_threads,
+                "inter_op_num_threads": self.inter_op_num_threads,
+                "graph_optimization_level": self.graph_optimization_level,
+                "log_severity_level": self.log_severity_level}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OrtConfig:
+        """Rebuilds the settings from :meth:`to_dict` output."""
+        values = dict(data)
+        values["providers"] = tuple(values.get("providers", ("CPUExecutionProvider",)))
+        return cls(**values)
+
+
+class OnnxrtRunner(Runner):
+    """Runs a model with ONNX Runtime.
+
+    Args:
+        model: A ModelProto (serialised when activated; the caller's object is not kept alive
+            beyond that) or the path of a ``.onnx`` file.
+        config: Session settings.
+
+    Example::
+
+        with OnnxrtRunner(model, OrtConfig(intra_op_num_threads=1)) as runner:
+            outputs = runner.infer({"x": x})
+    """
+
+    name = "onnxrt"
+
+    def __init__(self, model: ModelInput, config: OrtConfig | None = None) -> None:
+        super().__init__()
+        self.model = model
+        self.config = config if config is not None else OrtConfig()
+        self._session: Any = None
+        self._inputs: dict[str, TensorSpec] | None = None
+        self._outputs: tuple[str, ...] | None = None
+
+    def input_specs(self) -> dict[str, TensorSpec]:
+        """The model's inputs (read from the model, no session needed)."""
+        if self._inputs is None:
+            self._read_specs()
+        assert self._inputs is not None
+        return self._inputs
+
+    def output_names(self) -> tuple[str, ...]:
+        """The model's outputs, in graph order."""
+        if self._outputs is None:
+            self._read_specs()
+        assert self._outputs is not None
+        return self._outputs
+
+    def _read_specs(self) -> None:
+        if isinstance(self.model, onnx.ModelProto):
+            proto = self.model
+        else:
+            try:
+                proto = onnx.load(str(self.model), load_external_data=False)
+            except Exception as err:  # protobuf and OS errors alike
+                raise BackendError(f"onnxrt: cannot read model {str(self.model)!r}: {err}") from err
+        self._inputs = input_specs(proto)
+        self._outputs = tuple(output_specs(proto))
+
+    def _activate(self) -> None:
+        ort = _ort()
+        self._check_providers(ort)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.config.intra_op_num_threads
+        options.inter_op_num_threads = self.config.inter_op_num_threads
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                                   _LEVELS[self.config.graph_optimization_level])
+        options.log_severity_level = self.config.log_severity_level
+        try:
+            with tempfile.TemporaryDirectory(prefix="quantdbg-ort-") as tmp:
+                source = self._session_source(Path(tmp))
+                self._session = ort.InferenceSession(source, options, providers=list(self.config.providers))
+        except QuantDbgError:
+            raise
+        except Exception as err:  # ORT raises its own pybind exception types
+            raise _session_error(err, self.config.providers) from err
+        missing = [p for p in self.config.providers if p not in self._session.get_providers()]
+        if missing:
+            self._session = None
+            raise BackendError(f"onnxrt: execution provider {missing[0]} failed to load (ONNX Runtime "
+                               "fell back to another provider); check its CUDA/TensorRT libraries, or "
+                               "use OrtConfig(providers=('CPUExecutionProvider',)).")
+
+    def _session_source(self, tmp: Path) -> str | bytes:
+        if not isinstance(self.model, onnx.ModelProto):
+            return str(self.model)
+        if self.model.ByteSize() < _TWO_GB:
+            return self.model.SerializeToString()
+        path = tmp / "model.onnx"  # protobuf cannot serialise >2 GB: weights go beside the file
+        onnx.save(self.model, str(path), save_as_external_data=True, location="weights.bin")
+        return str(path)
+
+    def _check_providers(self, ort: Any) -> None:
+        available = ort.get_available_providers()
+        for provider in self.config.providers:
+            if provider not in available:
+                raise BackendError(
+                    f"onnxrt: execution provider {provider} is not available in this onnxruntime build "
+                    f"(available: {', '.join(available)}). Install onnxruntime-gpu for CUDA/TensorRT, or "
+                    "use OrtConfig(providers=('CPUExecutionProvider',)).")
+
+    def _deactivate(self) -> None:
+        self._session = None
+
+    def _infer(self, feed: dict[str, np.ndarray], outputs: list[str] | None) -> dict[str, np.ndarray]:
+        names = list(self.output_names()) if outputs is None else list(outputs)
+        for name in names:
+            if name not in self.output_names():
+                raise unknown("graph output", name, self.output_names(), BackendError)
+        try:
+            values = self._session.run(names, feed)
+        except Exception as err:  # ORT raises its own pybind exception types
+            raise BackendError(f"onnxrt: inference failed: {err}") from err
+        return dict(zip(names, values, strict=True))
+
+
+def _session_error(err: Exception, providers: tuple[str, ...]) -> BackendError:
+    match = _NO_KERNEL.search(str(err))
+    if match:
+        op, node = match.groups()
+        return BackendError(
+            f"onnxrt: {', '.join(providers)} has no kernel for {op} node {node!r} with its input types. "
+            "If a fallback made this node FP16, rebuild it with remove_qdq(..., precision=Precision.FP32) "
+            "for CPU runs; otherwise cast the node's inputs to a type the provider supports.")
+    return BackendError(f"onnxrt: cannot create an inference session: {err}")
+
+
+def _ort() -> Any:
+    # onnxruntime is a core dependency, imported here so `import quantdbg.backends` stays cheap.
+    import onnxruntime
+
+    return onnxruntime
+
+
+@dataclass(frozen=True)
+class OnnxrtRunnerFactory(RunnerFactory):
+    """Makes :class:`OnnxrtRunner` objects that share one configuration.
+
+    Attributes:
+        config: Session settings for every runner.
+    """
+
+    config: OrtConfig = field(default_factory=OrtConfig)
+
+    def __call__(self, model: onnx.ModelProto) -> OnnxrtRunner:
+        """Returns an inactive runner for ``model``."""
+        return OnnxrtRunner(model, self.config)

@@ -1,0 +1,239 @@
+"""The report's plots, drawn with matplotlib and returned as PNG bytes.
+
+matplotlib is an optional dependency (extra ``report``) and is imported on first use. Figures are
+built with the object-oriented API on an Agg canvas, never through ``pyplot``, so drawing a report
+neither switches a notebook's backend nor leaves figures open. PNGs carry no timestamp or version
+metadata, so the same data gives the same bytes.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from quantdbg._optional import load
+
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+_DPI = 96
+
+
+@dataclass(frozen=True)
+class ThresholdHistogram:
+    """One tensor's |x| histogram and the clip each calibrator would choose.
+
+    Attributes:
+        tensor: ONNX value name.
+        counts: Counts of |x| per bin, from 0.
+        width: Bin width.
+        thresholds: Calibrator name -> amax.
+        chosen: The calibrator actually used (drawn solid), or None.
+    """
+
+    tensor: str
+    counts: Sequence[int]
+    width: float
+    thresholds: Mapping[str, float]
+    chosen: str | None = None
+
+
+@dataclass(frozen=True)
+class ScaleCurve:
+    """Scale of one tensor as the number of calibration samples grows (bootstrap band).
+
+    Attributes:
+        tensor: ONNX value name.
+        n_samples: Sample counts, ascending.
+        median: Median scale over bootstrap rounds at each count.
+        lo: Lower band (e.g. 10th percentile) at each count.
+        hi: Upper band at each count.
+    """
+
+    tensor: str
+    n_samples: Sequence[int]
+    median: Sequence[float]
+    lo: Sequence[float]
+    hi: Sequence[float]
+
+
+def _figure(width: float, height: float) -> Any:
+    figure_mod = load("matplotlib.figure", "report")
+    load("matplotlib.backends.backend_agg", "report")  # the canvas savefig() draws on
+    fig = figure_mod.Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
+    return fig
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    # No "Software"/date metadata: identical data gives identical bytes.
+    fig.savefig(buffer, format="png", dpi=_DPI, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def _short(name: str, limit: int = 42) -> str:
+    return name if len(name) <= limit else "..." + name[-(limit - 3):]
+
+
+def ranking_chart(names: Sequence[str], values: Sequence[float], xlabel: str,
+                  title: str = "Layer sensitivity (most sensitive on top)",
+                  highlight: Sequence[str] = ()) -> bytes:
+    """Horizontal bar chart of per-layer scores, in the given (ranked) order.
+
+    Args:
+        names: Layer names, most sensitive first.
+        values: One score per layer (e.g. the output SQNR drop in dB).
+        xlabel: What the score is.
+        title: Figure title.
+        highlight: Layers to colour differently (e.g. the ones the fallback plan keeps out of INT8).
+
+    Returns:
+        PNG bytes.
+    """
+    n = len(names)
+    fig = _figure(7.5, max(2.0, 0.32 * n + 1.0))
+    ax = fig.add_subplot()
+    marked = set(highlight)
+    colors = [_COLORS[1] if name in marked else _COLORS[0] for name in names]
+    finite = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    ax.barh(np.arange(n), finite, color=colors)
+    ax.set_yticks(np.arange(n), [_short(name) for name in names], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    if marked:
+        ax.legend(handles=[_patch(_COLORS[1], "kept out of INT8"), _patch(_COLORS[0], "INT8")],
+                  fontsize=8, loc="lower right")
+    return _png(fig)
+
+
+def _patch(color: str, label: str) -> Any:
+    patches = load("matplotlib.patches", "report")
+    return patches.Patch(color=color, label=label)
+
+
+def threshold_histograms(items: Sequence[ThresholdHistogram], columns: int = 2) -> bytes:
+    """Per-tensor |x| histograms (log counts) with every calibrator's clip drawn as a line.
+
+    Args:
+        items: One panel per tensor.
+        columns: Panels per row.
+
+    Returns:
+        PNG bytes.
+    """
+    rows = max(1, -(-len(items) // columns))
+    fig = _figure(4.2 * columns, 2.7 * rows)
+    axes = fig.subplots(rows, columns, squeeze=False)
+    methods = sorted({m for item in items for m in item.thresholds})
+    color_of = {m: _COLORS[i % len(_COLORS)] for i, m in enumerate(methods)}
+    for ax, item in zip(axes.flat, items):
+        counts = np.asarray(item.counts, dtype=np.float64)
+        edges = np.arange(counts.size + 1) * item.width
+        ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color="#bbbbbb", baseline=0.5)
+        ax.set_yscale("log")
+        for method, amax in item.thresholds.items():
+            style = "-" if method == item.chosen else "--"
+            ax.axvline(amax, color=color_of[method], linestyle=style, linewidth=1.4, label=method)
+        ax.set_title(_short(item.tensor, 48), fontsize=8)
+        ax.set_xlabel("|x|", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.set_xlim(0, max(edges[-1], max(item.thresholds.values(), default=0.0)) * 1.03)
+    for ax in list(axes.flat)[len(items):]:
+        ax.set_visible(False)
+    handles = [load("matplotlib.lines", "report").Line2D([], [], color=color_of[m], label=m) for m in methods]
+    if handles:
+        fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8)
+    return _png(fig)
+
+
+def weight_zeroing_chart(nodes: Sequence[str], per_tensor: Sequence[float],
+                         per_channel: Sequence[float]) -> bytes:
+    """Share of non-zero weights that quantize to 0, per node, per-tensor vs per-channel scale.
+
+    Args:
+        nodes: Node names.
+        per_tensor: Fraction zeroed with one scale for the whole weight.
+        per_channel: Fraction zeroed with one scale per output channel.
+
+    Returns:
+        PNG bytes.
+    """
+    n = len(nodes)
+    fig = _figure(7.5, max(2.0, 0.36 * n + 1.2))
+    ax = fig.add_subplot()
+    y = np.arange(n)
+    ax.barh(y - 0.2, 100 * np.asarray(per_tensor, dtype=np.float64), height=0.4, color=_COLORS[1],
+            label="per-tensor scale")
+    ax.barh(y + 0.2, 100 * np.asarray(per_channel, dtype=np.float64), height=0.4, color=_COLORS[0],
+            label="per-channel scale")
+    ax.set_yticks(y, [_short(node) for node in nodes], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("non-zero weights that round to 0 in INT8 (%)")
+    ax.set_title("Weights zeroed per node", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def scale_curves_chart(curves: Sequence[ScaleCurve]) -> bytes:
+    """Scale relative to the full-set scale against the number of calibration samples.
+
+    Args:
+        curves: One curve per tensor; each is normalised by its own last median.
+
+    Returns:
+        PNG bytes.
+    """
+    fig = _figure(7.5, 3.6)
+    ax = fig.add_subplot()
+    for i, curve in enumerate(curves):
+        ref = float(curve.median[-1]) or 1.0
+        n = np.asarray(curve.n_samples, dtype=np.float64)
+        color = _COLORS[i % len(_COLORS)]
+        ax.plot(n, np.asarray(curve.median) / ref, marker="o", markersize=3, color=color,
+                label=_short(curve.tensor, 36))
+        ax.fill_between(n, np.asarray(curve.lo) / ref, np.asarray(curve.hi) / ref, color=color, alpha=0.15)
+    ax.axhline(1.0, color="#666666", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("calibration samples")
+    ax.set_ylabel("scale / scale with all samples")
+    ax.set_title("Scale against number of calibration samples (bootstrap 10-90% band)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="outside right upper")
+    return _png(fig)
+
+
+def fallback_chart(sizes: Sequence[int], values: Sequence[float], met: Sequence[bool], threshold: float,
+                   ylabel: str) -> bytes:
+    """Every evaluation of a fallback search: metric against number of layers out of INT8.
+
+    Args:
+        sizes: Number of fallback layers of each evaluation, in order.
+        values: The metric of each evaluation.
+        met: Whether each met the target.
+        threshold: The target's bound (drawn as a line).
+        ylabel: The metric.
+
+    Returns:
+        PNG bytes.
+    """
+    fig = _figure(6.0, 3.2)
+    ax = fig.add_subplot()
+    sizes_arr = np.asarray(sizes, dtype=np.float64)
+    vals = np.asarray(values, dtype=np.float64)
+    ok = np.asarray(met, dtype=bool)
+    ax.plot(sizes_arr, vals, color="#999999", linewidth=0.8, zorder=1)
+    ax.scatter(sizes_arr[ok], vals[ok], color=_COLORS[2], label="meets target", zorder=2)
+    ax.scatter(sizes_arr[~ok], vals[~ok], color=_COLORS[1], label="misses target", zorder=2)
+    for i, (x, v) in enumerate(zip(sizes_arr, vals)):
+        ax.annotate(str(i + 1), (x, v), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axhline(threshold, color="#333333", linestyle="--", linewidth=1, label="target")
+    ax.set_xlabel("layers out of INT8")
+    ax.set_ylabel(ylabel)
+    ax.set_title("Fallback search: evaluations in order", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
