@@ -61,6 +61,12 @@ PERCENTILE = 99.99
 # child side: one configuration, measured from inside
 
 
+def _elapsed(t0: float, c0: float) -> dict:
+    """Wall and CPU seconds since (t0, c0). With every pool at one thread, CPU time is the part
+    of the measurement that other work on the machine does not inflate."""
+    return {"work_s": time.perf_counter() - t0, "work_cpu_s": time.process_time() - c0, "t_work0": t0}
+
+
 def _batches(arrays: dict, batch_size: int) -> list[dict]:
     n = len(next(iter(arrays.values())))
     return [{k: v[i:i + batch_size] for k, v in arrays.items()} for i in range(0, n, batch_size)]
@@ -77,16 +83,21 @@ def _floor(model: str, data: str, batch_size: int, out: Path) -> dict:
     import onnxruntime as ort
 
     batches = _batches(_load(data), batch_size)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     sess = ort.InferenceSession(model, ort.SessionOptions(), providers=["CPUExecutionProvider"])
     for feed in batches:
         sess.run(None, feed)
-    return {"work_s": time.perf_counter() - t0, "t_work0": t0}
+    return _elapsed(t0, c0)
 
 
 def _ort(method: str, model: str, data: str, batch_size: int, out: Path) -> dict:
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat,
-                                          QuantType, quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self, batches):
@@ -99,13 +110,13 @@ def _ort(method: str, model: str, data: str, batch_size: int, out: Path) -> dict
             self.it = iter(self.batches)
 
     reader = Reader(_batches(_load(data), batch_size))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     quantize_static(model, str(out), reader, quant_format=QuantFormat.QDQ, op_types_to_quantize=OP_TYPES,
                     per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                     calibrate_method=getattr(CalibrationMethod, method),
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True,
                                    "CalibPercentile": PERCENTILE})
-    return {"work_s": time.perf_counter() - t0, "t_work0": t0}
+    return _elapsed(t0, c0)
 
 
 def _modelopt(method: str, model: str, data: str, batch_size: int, out: Path) -> dict:
@@ -114,13 +125,13 @@ def _modelopt(method: str, model: str, data: str, batch_size: int, out: Path) ->
     from modelopt.onnx.quantization import quantize
 
     arrays = _load(data)
-    shapes = ",".join(f"{k}:{'x'.join(str(d) for d in (batch_size, *v.shape[1:]))}" for k, v in arrays.items())
-    t0 = time.perf_counter()
+    shapes = ",".join(f"{k}:" + "x".join(map(str, (batch_size, *v.shape[1:]))) for k, v in arrays.items())
+    t0, c0 = time.perf_counter(), time.process_time()
     quantize(model, quantize_mode="int8", calibration_data=arrays, calibration_method=method,
              calibration_shapes=shapes, calibration_eps=["cpu"], high_precision_dtype="fp32",
              output_path=str(out), log_level="WARNING")
     logging.shutdown()
-    return {"work_s": time.perf_counter() - t0, "t_work0": t0}
+    return _elapsed(t0, c0)
 
 
 def _quantdbg(method: str, model: str, data: str, batch_size: int, out: Path) -> dict:
@@ -129,10 +140,10 @@ def _quantdbg(method: str, model: str, data: str, batch_size: int, out: Path) ->
     from quantdbg.data import load_npz
 
     feeds = load_npz(data, batch_size=batch_size)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     qmodel = quantize(model, feeds, calib=CalibConfig(method=method))
     qmodel.save(out)
-    return {"work_s": time.perf_counter() - t0, "t_work0": t0, "n_records": len(qmodel.records)}
+    return {**_elapsed(t0, c0), "n_records": len(qmodel.records)}
 
 
 def child(config: str, model: str, data: str, batch_size: int, result: str) -> None:
@@ -154,6 +165,12 @@ def child(config: str, model: str, data: str, batch_size: int, result: str) -> N
         else:
             rec = _quantdbg(QDBG_METHODS[config], src, data, batch_size, out)
         rec["out_mib"] = round(out.stat().st_size / 2**20, 2) if out.exists() else 0.0
+        if out.exists():  # after the clock: what the tool produced, to check it did quantize
+            import onnx
+
+            ops = [n.op_type for n in onnx.load(str(out), load_external_data=False).graph.node]
+            rec["n_quantize"] = ops.count("QuantizeLinear")
+            rec["n_dequantize"] = ops.count("DequantizeLinear")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rec["setup_s"] = rec.pop("t_work0") - t_start  # imports + data loading, before the clock
@@ -180,7 +197,8 @@ def versions(result: str) -> None:
 
 
 def python_for(config: str) -> Path:
-    return _bench.QDBG_PYTHON if config.startswith("quantdbg") or config == "floor@qdbg" else _bench.PEERS_PYTHON
+    ours = config.startswith("quantdbg") or config == "floor@qdbg"
+    return _bench.QDBG_PYTHON if ours else _bench.PEERS_PYTHON
 
 
 def floor_for(config: str) -> str:
@@ -221,8 +239,9 @@ def _versions(python: Path, logs: Path) -> dict:
 def _progress(rec: dict) -> None:
     work = rec["result"].get("work_s")
     what = f"{work:8.2f} s" if work is not None else f"{rec['status']:>10}"
-    print(f"{rec['model']:>18} N={rec['n']:<4} {rec['config']:<20} {what}  peak {rec['peak_rss_mib']:8.0f} MiB"
-          f"  load {rec['load_before']:.1f}->{rec['load_after']:.1f}  {rec['error'][:80]}", flush=True)
+    print(f"{rec['model']:>18} N={rec['n']:<4} {rec['config']:<20} {what}  "
+          f"peak {rec['peak_rss_mib']:8.0f} MiB  load {rec['load_before']:.1f}->{rec['load_after']:.1f}  "
+          f"{rec['error'][:80]}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,10 +253,32 @@ def _cell(rec: dict | None, floor: dict | None) -> str:
         return "--"
     if rec["status"] != "ok":
         return f"**{rec['status'].upper()}** ({rec['peak_rss_mib']:.0f} MiB)"
-    work = rec["result"]["work_s"]
+    res = rec["result"]
     if floor is None or floor["status"] != "ok":
-        return f"{work:.1f} s ({rec['peak_rss_mib']:.0f} MiB)"
-    return f"{work / floor['result']['work_s']:.2f}x ({rec['peak_rss_mib']:.0f} MiB)"
+        return f"{res['work_s']:.1f} s ({rec['peak_rss_mib']:.0f} MiB)"
+    wall = res["work_s"] / floor["result"]["work_s"]
+    cpu = res["work_cpu_s"] / floor["result"]["work_cpu_s"]
+    return f"{wall:.2f}x / {cpu:.2f}x ({rec['peak_rss_mib']:.0f} MiB)"
+
+
+def _header(results: dict, command: str) -> list[str]:
+    m, peers, ours = results["machine"], results["versions"]["peers"], results["versions"]["qdbg"]
+    return [
+        f"Command (repo root, {results['date']}, commit {results['commit']}):", "", "```", command, "```", "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['os']}; shared with other work "
+        f"(1-min load average {m['loadavg'][0]:.1f} at the start, {results['load_end']:.1f} at the end; "
+        "per run in the JSON).",
+        f"Peers venv: Python {peers.get('python')}, onnxruntime {peers.get('onnxruntime')} (CPU), "
+        f"nvidia-modelopt {peers.get('nvidia-modelopt')}, onnx {peers.get('onnx')}, "
+        f"numpy {peers.get('numpy')}, torch {peers.get('torch')}.",
+        f"quantdbg venv: quantdbg {ours.get('quantdbg')}, onnxruntime {ours.get('onnxruntime')}, "
+        f"onnx {ours.get('onnx')}, numpy {ours.get('numpy')}, numba {ours.get('numba', '-')}.",
+        f"Setting: batch size {results['batch_size']}, one core per run (ONNX Runtime 1 intra-op thread), "
+        f"address space capped at {results['mem_gib']} GiB per run, time limit {results['timeout']:.0f} s.",
+        "", "Cell = wall time / CPU time of the work as multiples of the FP32 floor's, the floor measured "
+        "with the same ONNX Runtime build as the tool (floor rows: seconds); peak RSS of the whole child in "
+        "parentheses, the samples included. Everything runs on one thread, so CPU time is the figure "
+        "that load from other work on the machine does not inflate.", ""]
 
 
 def markdown(results: dict, command: str) -> str:
@@ -247,20 +288,7 @@ def markdown(results: dict, command: str) -> str:
     models = list(dict.fromkeys(r["model"] for r in runs))
     ns = sorted({r["n"] for r in runs})
     configs = list(dict.fromkeys(r["config"] for r in runs))
-    m, v = results["machine"], results["versions"]
-    out = [f"Command (repo root, {results['date']}, commit {results['commit']}):", "", "```", command, "```", "",
-           f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['os']}; shared with other "
-           f"work (1-min load average {m['loadavg'][0]:.1f} at the start, "
-           f"{results['load_end']:.1f} at the end; per run in the JSON).",
-           f"Peers venv: Python {v['peers'].get('python')}, onnxruntime {v['peers'].get('onnxruntime')} (CPU), "
-           f"nvidia-modelopt {v['peers'].get('nvidia-modelopt')}, onnx {v['peers'].get('onnx')}, "
-           f"numpy {v['peers'].get('numpy')}, torch {v['peers'].get('torch')}.",
-           f"quantdbg venv: quantdbg {v['qdbg'].get('quantdbg')}, onnxruntime {v['qdbg'].get('onnxruntime')}, "
-           f"onnx {v['qdbg'].get('onnx')}, numpy {v['qdbg'].get('numpy')}, numba {v['qdbg'].get('numba', '-')}.",
-           f"Setting: batch size {results['batch_size']}, one core per run (ONNX Runtime 1 intra-op thread), "
-           f"address space capped at {results['mem_gib']} GiB per run, time limit {results['timeout']:.0f} s.",
-           "", "Cell = wall time of the work as a multiple of the FP32 floor measured with the same ONNX Runtime "
-           "build (peak RSS of the whole child in parentheses, the samples included).", ""]
+    out = _header(results, command)
     for name in models:
         out += [f"### {name}", "", "| configuration | " + " | ".join(f"N={n}" for n in ns) + " |",
                 "|---|" + "---|" * len(ns)]
@@ -269,16 +297,61 @@ def markdown(results: dict, command: str) -> str:
             for n in ns:
                 rec, floor = index.get((name, n, config)), index.get((name, n, floor_for(config)))
                 if config.startswith("floor") and rec and rec["status"] == "ok":
-                    cells.append(f"{rec['result']['work_s']:.2f} s ({rec['peak_rss_mib']:.0f} MiB)")
+                    res, rss = rec["result"], rec["peak_rss_mib"]
+                    cells.append(f"{res['work_s']:.2f} s / {res['work_cpu_s']:.2f} s ({rss:.0f} MiB)")
                 else:
                     cells.append(_cell(rec, floor))
             out.append(f"| {config} | " + " | ".join(cells) + " |")
         out.append("")
+    out += _targets(index, models, ns)
     failed = [r for r in runs if r["status"] != "ok"]
     out += ["Failures:" if failed else "Failures: none.", ""]
     out += [f"- {r['model']} N={r['n']} {r['config']}: {r['status']} after {r['wall_s']:.0f} s, peak "
             f"{r['peak_rss_mib']:.0f} MiB -- `{r['error']}`" for r in failed]
     return "\n".join(out) + "\n"
+
+
+def _ratio(index: dict, key: tuple) -> float | None:
+    rec, floor = index.get(key), index.get((*key[:2], floor_for(key[2])))
+    if rec is None or floor is None or rec["status"] != "ok" or floor["status"] != "ok":
+        return None
+    return rec["result"]["work_s"] / floor["result"]["work_s"]
+
+
+def _targets(index: dict, models: list[str], ns: list[int]) -> list[str]:
+    """The issue's targets at the largest N: quantdbg minmax <= 1.3x, histogram methods <= 1.6x
+    the floor, >= 2x faster than ModelOpt entropy, peak RSS flat from the smallest to the largest N."""
+    lo, hi = ns[0], ns[-1]
+    out = [f"Targets at N={hi} (ratio to floor; speed-up = ModelOpt entropy work time / quantdbg work time; "
+           f"RSS growth = quantdbg peak RSS at N={hi} vs N={lo}, minus the growth of the floor's, which is "
+           "the samples themselves):", ""]
+    for name in models:
+        parts = []
+        for method, limit in (("minmax", 1.3), ("entropy", 1.6), ("percentile", 1.6), ("mse", 1.6)):
+            r = _ratio(index, (name, hi, f"quantdbg-{method}"))
+            if r is not None:
+                parts.append(f"{method} {r:.2f}x ({'met' if r <= limit else 'NOT met'}, <= {limit}x)")
+        mo, qe = index.get((name, hi, "modelopt-entropy")), index.get((name, hi, "quantdbg-entropy"))
+        if mo and qe and mo["status"] == qe["status"] == "ok":
+            speed = mo["result"]["work_s"] / qe["result"]["work_s"]
+            verdict = "met" if speed >= 2 else "NOT met"
+            parts.append(f"entropy vs ModelOpt entropy {speed:.2f}x faster ({verdict}, >= 2x)")
+        growth = _rss_growth(index, name, lo, hi)
+        if growth is not None:
+            parts.append(f"RSS growth {growth:+.0f} MiB")
+        out.append(f"- {name}: " + "; ".join(parts) if parts else f"- {name}: not measured")
+    return [*out, ""]
+
+
+def _rss_growth(index: dict, name: str, lo: int, hi: int) -> float | None:
+    """Largest peak-RSS growth over the quantdbg methods, net of the floor's own growth."""
+    floor_lo, floor_hi = index.get((name, lo, "floor@qdbg")), index.get((name, hi, "floor@qdbg"))
+    if lo == hi or not floor_lo or not floor_hi:
+        return None
+    data = floor_hi["peak_rss_mib"] - floor_lo["peak_rss_mib"]
+    growth = [index[(name, hi, c)]["peak_rss_mib"] - index[(name, lo, c)]["peak_rss_mib"] - data
+              for c in QDBG_METHODS if (name, lo, c) in index and (name, hi, c) in index]
+    return max(growth) if growth else None
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -324,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
                "batch_size": a.batch_size, "mem_gib": a.mem_gib, "timeout": a.timeout}
     results = {**started, **measure(a)}
     results["load_end"] = _bench.os.getloadavg()[0]
-    command = "python benchmarks/calibration.py " + " ".join(sys.argv[1:])
+    command = (f"QDBG_PEERS_PYTHON={_bench.PEERS_PYTHON} {sys.executable} benchmarks/calibration.py "
+               + " ".join(sys.argv[1:]))
     text = markdown(results, command.strip())
     print(text)
     if a.json:

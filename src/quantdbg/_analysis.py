@@ -128,6 +128,68 @@ def _dq_output(record: QdqRecord, nodes: Mapping[str, onnx.NodeProto]) -> str:
     return dq.output[0]
 
 
+def _folded_weight(model: onnx.ModelProto, record: QdqRecord, nodes: Mapping[str, onnx.NodeProto],
+                   source: str) -> np.ndarray | None:
+    """DQ(Q(w)) of a constant weight, computed as ONNX defines it; None when not all constant."""
+    dq = nodes[record.dequantize_node]
+    scale = _constant(model, dq.input[1])
+    zero = _constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+    if scale is None:
+        return None
+    zero = np.zeros(scale.shape, np.int8) if zero is None else zero
+    if record.quantize_node is not None:
+        weight = _constant(model, source)
+        if weight is None:
+            return None
+        shaped_scale, shaped_zero = _broadcastable(scale, zero, dq, weight.ndim)
+        info = np.iinfo(zero.dtype)
+        ints = np.clip(np.round(weight.astype(np.float32) / shaped_scale) + shaped_zero, info.min, info.max)
+    else:
+        ints = _constant(model, dq.input[0])
+        if ints is None:
+            return None
+        shaped_scale, shaped_zero = _broadcastable(scale, zero, dq, ints.ndim)
+    return ((ints.astype(np.float32) - shaped_zero.astype(np.float32)) * shaped_scale).astype(np.float32)
+
+
+def _broadcastable(scale: np.ndarray, zero: np.ndarray, dq: onnx.NodeProto,
+                   ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    if scale.ndim == 0 or scale.size == 1 and not any(a.name == "axis" for a in dq.attribute):
+        return scale.astype(np.float32).reshape(()), zero.reshape(())
+    axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % ndim
+    shape = [1] * ndim
+    shape[axis] = scale.size
+    return scale.astype(np.float32).reshape(shape), zero.reshape(shape)
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Names read inside the subgraphs of If/Loop/Scan (outer-scope values they may capture)."""
+    reads: set[str] = set()
+    for attr in node.attribute:
+        for graph in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            for inner in graph.node:
+                reads.update(inner.input)
+                reads.update(_subgraph_reads(inner))
+    return reads
+
+
+def _prune_dead(model: onnx.ModelProto) -> None:
+    """Drops nodes none of whose outputs is read (e.g. weight Q/DQ replaced by folded constants)."""
+    needed = {o.name for o in model.graph.output}
+    kept = []
+    for node in reversed(model.graph.node):
+        if any(out and out in needed for out in node.output):
+            kept.append(node)
+            needed.update(node.input)
+            needed.update(_subgraph_reads(node))
+    del model.graph.node[:]
+    model.graph.node.extend(reversed(kept))
+    used = needed | {i.name for i in model.graph.input}
+    inits = [init for init in model.graph.initializer if init.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(inits)
+
+
 def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGraph:
     """Wraps every recorded pair as ``Where(switch, DQ(Q(x)), x)`` with a switch per layer.
 
@@ -151,9 +213,14 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
     for record in qmodel.records:
         dq_out = _dq_output(record, nodes)
         source = _fp_source(qmodel, fp_model, record, nodes, names, added)
+        quantized = dq_out
+        folded = _folded_weight(model, record, nodes, source) if record.kind == "weight" else None
+        if folded is not None:  # weights: fake-quantize once here instead of at every run
+            added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
+            quantized = added[-1].name
         out = names(f"{dq_out}/switched")
         wheres.setdefault(record.node, []).append(helper.make_node(
-            "Where", [switches[record.node], dq_out, source], [out], name=names(f"{record.node}/switch")))
+            "Where", [switches[record.node], quantized, source], [out], name=names(f"{record.node}/switch")))
         nodes[record.node].input[record.input_index] = out
     ordered = []
     for node in model.graph.node:
@@ -162,6 +229,7 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
     del model.graph.node[:]
     model.graph.node.extend(ordered)
     model.graph.initializer.extend(added)
+    _prune_dead(model)
     model.graph.input.extend(helper.make_tensor_value_info(name, TensorProto.BOOL, [])
                              for name in switches.values())
     return SwitchGraph(model, switches)

@@ -13,8 +13,9 @@ pass over memory, and a chunked NumPy fallback. :func:`scan` picks numba when it
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

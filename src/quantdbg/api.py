@@ -11,7 +11,7 @@ from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData, CalibrationData, DataSource, as_data
 from quantdbg.errors import DataError
 from quantdbg.model import ModelSource, input_specs, load_model, name_nodes
-from quantdbg.qdq import QuantizedModel, insert_qdq, plan_qdq
+from quantdbg.qdq import QuantizedModel, insert_qdq_loaded, plan_qdq
 
 DEFAULT_BATCH_SIZE = 32
 _DEFAULT_CALIB = CalibConfig()
@@ -50,7 +50,7 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
     feeds = _as_feeds(data, fp_model, batch_size)
     plan = plan_qdq(fp_model, quant)
     result = calibrate(fp_model, feeds, calib, quant, plan=plan, progress=progress)
-    return insert_qdq(fp_model, result, quant, plan=plan)
+    return insert_qdq_loaded(fp_model, result, quant, plan=plan)
 
 
 def _as_feeds(data: DataSource, model: onnx.ModelProto, batch_size: int | None) -> CalibrationData:

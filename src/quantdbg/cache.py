@@ -21,6 +21,11 @@ from typing import Any
 from quantdbg._io import write_json_atomic, write_text_atomic
 from quantdbg.calibrate import CalibrationResult
 from quantdbg.errors import ConfigError, DataError
+from quantdbg.qdq import QMAX, QuantizedModel
+
+ScaleSource = CalibrationResult | QuantizedModel | Mapping[str, float]
+"""Where activation scales come from: a calibration, a Q/DQ model's records (the scales actually
+inserted, shared Concat scales included), or a plain tensor name -> scale mapping."""
 
 DEFAULT_TRT_VERSION = 100300
 """TensorRT 10.3.0, as TensorRT writes it in cache headers (major*10000 + minor*100 + patch)."""
@@ -70,23 +75,57 @@ def hex_to_scale(digits: str) -> float:
     return struct.unpack(">f", bytes.fromhex(digits))[0]
 
 
-def _scales_of(source: CalibrationResult | Mapping[str, float]) -> dict[str, float]:
-    scales = source.scales() if isinstance(source, CalibrationResult) else dict(source)
-    for name, scale in scales.items():
-        if not (math.isfinite(scale) and scale > 0):
-            raise ConfigError(f"Tensor {name!r} has scale {scale}; a calibration cache needs finite "
+@dataclass(frozen=True)
+class ScaleEntry:
+    """One activation tensor's scale.
+
+    Attributes:
+        scale: float32 scale ``amax / 127``.
+        amax: The symmetric clip.
+        method: Calibrator that chose it (None when unknown).
+    """
+
+    scale: float
+    amax: float
+    method: str | None
+
+
+def scale_entries(source: ScaleSource) -> dict[str, ScaleEntry]:
+    """Tensor name -> :class:`ScaleEntry` for the activation tensors of ``source``.
+
+    Raises:
+        ConfigError: A scale is not finite and positive, a name cannot sit on one cache line,
+            or one tensor has two different scales among a Q/DQ model's records.
+    """
+    entries: dict[str, ScaleEntry] = {}
+    if isinstance(source, CalibrationResult):
+        entries = {n: ScaleEntry(r.scale, r.amax, r.method) for n, r in source.ranges.items()}
+    elif isinstance(source, QuantizedModel):
+        for record in source.records:
+            if record.kind != "activation":
+                continue
+            entry = ScaleEntry(record.scale[0], record.amax[0], record.calibrator)
+            if entries.setdefault(record.tensor, entry).scale != entry.scale:
+                raise ConfigError(f"Tensor {record.tensor!r} has two scales in the Q/DQ model "
+                                  f"({entries[record.tensor].scale} and {entry.scale}); a calibration "
+                                  "cache holds one per tensor.")
+    else:
+        entries = {str(n): ScaleEntry(float(v), float(v) * QMAX, None) for n, v in source.items()}
+    for name, entry in entries.items():
+        if not (math.isfinite(entry.scale) and entry.scale > 0):
+            raise ConfigError(f"Tensor {name!r} has scale {entry.scale}; a calibration cache needs finite "
                               "scales > 0.")
         if "\n" in name or not name.strip():
             raise ConfigError(f"Tensor name {name!r} cannot be written on one cache line.")
-    return scales
+    return entries
 
 
-def format_trt_cache(source: CalibrationResult | Mapping[str, float], version: int = DEFAULT_TRT_VERSION,
+def format_trt_cache(source: ScaleSource, version: int = DEFAULT_TRT_VERSION,
                      algorithm: str = DEFAULT_ALGORITHM) -> str:
     """Renders a TensorRT calibration cache.
 
     Args:
-        source: A calibration result, or tensor name -> scale.
+        source: A calibration result, a Q/DQ model (its activation records), or name -> scale.
         version: TensorRT version number for the header.
         algorithm: Calibrator name for the header.
 
@@ -102,13 +141,19 @@ def format_trt_cache(source: CalibrationResult | Mapping[str, float], version: i
     if not re.fullmatch(r"[A-Za-z0-9_]+", algorithm):
         raise ConfigError(f"Calibrator name {algorithm!r} in a cache header must be alphanumeric.")
     lines = [f"TRT-{version}-{algorithm}"]
-    lines += [f"{name}: {scale_to_hex(scale)}" for name, scale in _scales_of(source).items()]
+    lines += [f"{name}: {scale_to_hex(e.scale)}" for name, e in scale_entries(source).items()]
     return "\n".join(lines) + "\n"
 
 
-def write_trt_cache(path: str | os.PathLike, source: CalibrationResult | Mapping[str, float],
-                    version: int = DEFAULT_TRT_VERSION, algorithm: str = DEFAULT_ALGORITHM) -> Path:
+def write_trt_cache(source: ScaleSource, path: str | os.PathLike, version: int = DEFAULT_TRT_VERSION,
+                    algorithm: str = DEFAULT_ALGORITHM) -> Path:
     """Writes a TensorRT calibration cache atomically (see :func:`format_trt_cache`).
+
+    Args:
+        source: A calibration result, a Q/DQ model (its activation records), or name -> scale.
+        path: Destination file; its folder must exist.
+        version: TensorRT version number for the header.
+        algorithm: Calibrator name for the header.
 
     Returns:
         The destination path.
@@ -167,21 +212,22 @@ def read_trt_cache(path: str | os.PathLike) -> TrtCache:
     return parse_trt_cache(text, str(path))
 
 
-def scales_json(result: CalibrationResult) -> dict[str, dict[str, Any]]:
+def scales_json(source: ScaleSource) -> dict[str, dict[str, Any]]:
     """Tensor name -> ``{"scale", "amax", "method"}`` for a JSON scales file."""
-    return {name: {"scale": r.scale, "amax": r.amax, "method": r.method} for name, r in result.ranges.items()}
+    return {name: {"scale": e.scale, "amax": e.amax, "method": e.method}
+            for name, e in scale_entries(source).items()}
 
 
-def write_scales_json(path: str | os.PathLike, result: CalibrationResult) -> Path:
-    """Writes :func:`scales_json` atomically.
+def write_scales_json(source: ScaleSource, path: str | os.PathLike) -> Path:
+    """Writes :func:`scales_json` of ``source`` to ``path`` atomically.
 
     Returns:
         The destination path.
 
     Raises:
-        ConfigError: The folder does not exist.
+        ConfigError: Invalid scales, or the folder does not exist.
     """
-    return write_json_atomic(path, scales_json(result))
+    return write_json_atomic(path, scales_json(source))
 
 
 def read_scales_json(path: str | os.PathLike) -> dict[str, dict[str, Any]]:

@@ -97,8 +97,12 @@ def calib_config_from_dict(data: Mapping[str, Any]) -> CalibConfig:
     )
 
 
-def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = CalibConfig(),
-              quant: QuantConfig = QuantConfig(), *, plan: QdqPlan | None = None,
+_DEFAULT_CALIB = CalibConfig()
+_DEFAULT_QUANT = QuantConfig()
+
+
+def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAULT_CALIB,
+              quant: QuantConfig = _DEFAULT_QUANT, *, plan: QdqPlan | None = None,
               progress: bool = False, session_options: Any = None) -> CalibrationResult:
     """Computes the range of every activation tensor the Q/DQ plan quantizes.
 

@@ -500,3 +500,131 @@ def write_mixed_model(qmodel: QuantizedModel, plan: FallbackPlan | Iterable[str]
     mixed = remove_qdq(qmodel, nodes, Precision(precision))
     mixed.save(path)
     return mixed
+
+
+# --------------------------------------------------------------------------------------------
+# The automatic flow: rank, search, verify on the real mixed-precision model
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FallbackConfig:
+    """How :func:`auto_fallback` ranks and searches.
+
+    Attributes:
+        mode: Sensitivity mode that ranks the layers (``"local"`` costs about two FP32 passes;
+            ``"isolated"``/``"leave-one-out"`` one pass per layer but rank by the task metric).
+        strategy: Search strategy (see :func:`search_fallback`).
+        precision: What fallback layers compute in: FP16 (TensorRT) or FP32 (CPU backends).
+        max_evaluations: Search budget (None: :func:`default_budget`).
+        jobs: Processes for isolated / leave-one-out ranking.
+
+    Raises:
+        ConfigError: Unknown mode or strategy, or a budget / jobs below 1.
+    """
+
+    mode: str = "local"
+    strategy: Strategy = "bisect"
+    precision: Precision = Precision.FP16
+    max_evaluations: int | None = None
+    jobs: int = 1
+
+    def __post_init__(self) -> None:
+        from quantdbg.sensitivity import MODES
+
+        if self.mode not in MODES:
+            raise ConfigError(f"Unknown sensitivity mode {self.mode!r}; choose one of {', '.join(MODES)}.")
+        if self.strategy not in _STRATEGIES:
+            raise ConfigError(f"Unknown fallback strategy {self.strategy!r}; choose one of "
+                              f"{', '.join(_STRATEGIES)}.")
+        object.__setattr__(self, "precision", Precision(self.precision))
+        if self.max_evaluations is not None and self.max_evaluations < 1:
+            raise ConfigError(f"max_evaluations must be >= 1 or None, got {self.max_evaluations}.")
+        if self.jobs < 1:
+            raise ConfigError(f"jobs must be >= 1, got {self.jobs}.")
+
+
+@dataclass(frozen=True)
+class FallbackResult:
+    """What :func:`auto_fallback` produced.
+
+    Attributes:
+        plan: The search's plan.
+        report: The sensitivity report the search walked.
+        mixed: The mixed-precision model (None when the target is unreachable).
+    """
+
+    plan: FallbackPlan
+    report: SensitivityReport
+    mixed: QuantizedModel | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of the plan and the report (not the model bytes)."""
+        return {"plan": self.plan.to_dict(), "report": self.report.to_dict()}
+
+
+def auto_fallback(fp_model: Any, qmodel: QuantizedModel, data: Any, target: FallbackTarget, *,
+                  metric: Any = "sqnr", config: FallbackConfig | None = None, runner_factory: Any = None,
+                  report: SensitivityReport | None = None, progress: bool = False) -> FallbackResult:
+    """Ranks the layers, searches the smallest fallback set, and verifies it on the real model.
+
+    Search evaluations feed the switchable graph of :mod:`quantdbg.sensitivity` (one session,
+    fallback layers exactly FP32); the verification runs the mixed model written by
+    :func:`quantdbg.qdq.remove_qdq` in ``config.precision``. Model-file metrics (commands) get the
+    mixed model in ``config.precision`` at every evaluation.
+
+    Args:
+        fp_model: The FP32 original (path or ModelProto).
+        qmodel: The fully quantized model and its records.
+        data: Evaluation data.
+        target: What must hold; an ``"sqnr"`` target always reads the output SQNR, the others
+            read ``metric``; a relative-loss target without a reference gets the FP32 model's.
+        metric: Task metric or output-metric name.
+        config: Ranking and search settings.
+        runner_factory: Makes the runners (default: ONNX Runtime, CPU).
+        report: A sensitivity report to walk instead of computing one (same layers).
+        progress: Show progress bars.
+
+    Returns:
+        The plan, the report and (unless unreachable) the mixed model.
+
+    Raises:
+        ConfigError: Inconsistent target and metric, or a report for other layers.
+        ModelError: The models do not match their records.
+    """
+    from quantdbg.evaluate import as_task_metric
+    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
+
+    config = config or FallbackConfig()
+    task = as_task_metric("sqnr" if target.kind == "sqnr" else metric)
+    if target.kind != "sqnr" and task.higher_is_better == target.lower_is_better:
+        direction = "lower" if task.higher_is_better else "higher"
+        raise ConfigError(f"The target says {direction} is better but metric {task.name!r} is "
+                          f"{'higher' if task.higher_is_better else 'lower'}-is-better; make them agree.")
+    if report is None:
+        report = analyze_sensitivity(fp_model, qmodel, data, mode=config.mode, metric=task,  # type: ignore[arg-type]
+                                     runner_factory=runner_factory, jobs=config.jobs, progress=progress)
+    elif set(report.ranking) != set(qmodel.layers):
+        raise ConfigError("The sensitivity report ranks other layers than the Q/DQ model holds; analyse "
+                          "this model (or pass report=None).")
+    with VariantEvaluator(fp_model, qmodel, data, task, runner_factory) as evaluator:
+        if target.kind == "relative_loss" and target.reference is None:
+            target = target.with_reference(evaluator.reference_value())
+        layers = evaluator.layers
+        if task.needs_model:
+            evaluate = lambda nodes: task.evaluate_model(  # noqa: E731
+                _mixed(qmodel, nodes, config.precision).model)
+        else:
+            evaluate = lambda nodes: evaluator.run([n for n in layers if n not in nodes]).value  # noqa: E731
+        verify = lambda nodes: evaluator.run_model(_mixed(qmodel, nodes, config.precision).model).value  # noqa: E731
+        plan = search_fallback(report, evaluate, target, config.strategy,
+                               max_evaluations=config.max_evaluations, verify=verify)
+    plan = plan.with_precision(config.precision)
+    mixed = None if plan.status == "unreachable" else _mixed(qmodel, plan.nodes, config.precision)
+    return FallbackResult(plan, report, mixed)
+
+
+def _mixed(qmodel: QuantizedModel, nodes: Iterable[str], precision: Precision) -> QuantizedModel:
+    from quantdbg.qdq import remove_qdq
+
+    nodes = tuple(nodes)
+    return remove_qdq(qmodel, nodes, precision) if nodes else qmodel

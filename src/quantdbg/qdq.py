@@ -15,6 +15,7 @@ of one node never changes another node.
 """
 from __future__ import annotations
 
+import fnmatch
 import warnings
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -43,6 +44,7 @@ EXTERNAL_CALIBRATOR = "external"
 
 DEFAULT_QUANT = QuantConfig()
 _FLOAT = np.dtype(np.float32)
+_WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 # Ops whose output is never negative: a zero-clamping Q/DQ after them needs no Relu once removed.
 _NON_NEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax", "Abs", "Exp", "Sqrt"})
 _TINY_AMAX = float(np.finfo(np.float32).tiny) * QMAX
@@ -268,15 +270,16 @@ def plan_qdq(model: onnx.ModelProto, config: QuantConfig = DEFAULT_QUANT) -> Qdq
     quantized_convs: set[str] = set()
     for node in graph.nodes:
         if node.op in config.op_types and not config.is_excluded(node.name):
-            for target in _node_targets(node, config):
+            found = _node_targets(node, config)
+            for target in found:
                 targets[(target.node, target.input_index)] = target
-            if node.op == "Conv":
+            if node.op == "Conv" and found:
                 quantized_convs.add(node.name)
     if config.quantize_residual_add:
         for node in graph.nodes:
-            target = _residual_target(node, quantized_convs, config)
-            if target is not None:
-                targets.setdefault((target.node, target.input_index), target)
+            residual = _residual_target(node, quantized_convs, config)
+            if residual is not None:
+                targets.setdefault((residual.node, residual.input_index), residual)
     groups: list[list[str]] = []
     if config.share_concat_scales:
         groups = _concat_targets(graph, targets, config)
@@ -296,7 +299,7 @@ def _name_graph_nodes(graph: gs.Graph) -> None:
 def _check_excludes(graph: gs.Graph, config: QuantConfig) -> None:
     names = [node.name for node in graph.nodes]
     for pattern in config.exclude:
-        if not any(QuantConfig(exclude=(pattern,)).is_excluded(name) for name in names):
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
             err = unknown("node", pattern, names)
             raise ModelError(f"QuantConfig.exclude entry {pattern!r} matches no node. {err}")
 
@@ -316,10 +319,8 @@ def _is_onnx_enum(dtype: Any) -> bool:
 def _quantizable_inputs(node: gs.Node) -> list[int]:
     """Input indices a quantized node of this op type gets Q/DQ on."""
     present = [i for i, t in enumerate(node.inputs) if t.name and _is_float(t)]
-    if node.op in ("Conv", "ConvTranspose", "Gemm"):
-        return [i for i in present if i < 2]  # input 2 is the bias
-    if node.op == "MatMul":
-        return [i for i in present if i < 2]
+    if node.op in _WEIGHTED_OPS:
+        return [i for i in present if i < 2]  # data and weight; input 2 of Conv/Gemm is the bias
     # Other op types asked for in QuantConfig.op_types: every float activation input.
     return [i for i in present if not isinstance(node.inputs[i], gs.Constant)]
 
@@ -440,7 +441,30 @@ def insert_qdq(model: onnx.ModelProto | str | os.PathLike, calibration: Calibrat
             quantizable node, the plan does not match the model, or a weight is not finite.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
-    fp_model = name_nodes(load_model(model))
+    return insert_qdq_loaded(name_nodes(load_model(model)), calibration, config, keep_fp=keep_fp, plan=plan)
+
+
+def insert_qdq_loaded(fp_model: onnx.ModelProto, calibration: CalibrationResult,
+                      config: QuantConfig = DEFAULT_QUANT, *, keep_fp: Collection[str] = frozenset(),
+                      plan: QdqPlan | None = None) -> QuantizedModel:
+    """:func:`insert_qdq` on a model already through ``name_nodes(load_model(...))``.
+
+    Skips the second load (checker and shape inference take seconds on large models).
+
+    Args:
+        fp_model: The loaded FP32 model with named nodes (not modified).
+        calibration: Activation ranges.
+        config: Placement settings (used to plan when ``plan`` is None).
+        keep_fp: Node names to leave without Q/DQ.
+        plan: A plan from :func:`plan_qdq` on ``fp_model``.
+
+    Returns:
+        As :func:`insert_qdq`.
+
+    Raises:
+        ModelError: As :func:`insert_qdq`.
+        NotCalibratedError: An activation to quantize has no range in ``calibration``.
+    """
     plan = plan if plan is not None else plan_qdq(fp_model, config)
     _check_names("quantizable node", keep_fp, plan.layers)
     scales = _activation_scales(plan, calibration, keep_fp)
@@ -622,8 +646,9 @@ def remove_qdq(qmodel: QuantizedModel, nodes: Iterable[str],
             node.inputs[record.input_index] = _fp32_source(graph, node, record, names)
         if precision is Precision.FP16:
             _to_fp16(graph, node, names)
+    # No onnx.checker pass here: sweeps call this once per variant, and on a 90 MB model the
+    # checker's serialisation would cost twice the edit itself (the tests check the results).
     model = to_model(graph, like=qmodel.model)
-    _checked(model)
     kept = tuple(r for r in qmodel.records if r.node not in set(chosen))
     return QuantizedModel(model, kept, qmodel.calibration, qmodel.fallback + tuple(chosen), precision)
 
@@ -702,8 +727,7 @@ def _to_fp16(graph: gs.Graph, node: gs.Node, names: _NameSource) -> None:
         if not tensor.name or not _is_float(tensor):
             continue
         if isinstance(tensor, gs.Constant):
-            half = np.asarray(tensor.values, np.float32).astype(np.float16)
-            node.inputs[index] = gs.Constant(names(f"{tensor.name}/fp16"), half)
+            node.inputs[index] = gs.Constant(names(f"{tensor.name}/fp16"), _half(tensor, node.name))
             continue
         cast_out = gs.Variable(names(f"{node.name}/input{index}/fp16"), np.float16, tensor.shape)
         graph.nodes.append(gs.Node("Cast", names(f"{node.name}/input{index}/Cast_fp16"),
@@ -716,6 +740,17 @@ def _to_fp16(graph: gs.Graph, node: gs.Node, names: _NameSource) -> None:
         node.outputs[index] = half
         graph.nodes.append(gs.Node("Cast", names(f"{node.name}/output{index}/Cast_fp32"),
                                    {"to": onnx.TensorProto.FLOAT}, inputs=[half], outputs=[tensor]))
+
+
+def _half(constant: gs.Constant, node: str) -> np.ndarray:
+    """float16 copy of an initializer, saturated (not turned into inf) beyond float16's range."""
+    values = np.asarray(constant.values, np.float32)
+    limit = float(np.finfo(np.float16).max)
+    if np.any(np.abs(values[np.isfinite(values)]) > limit):
+        warnings.warn(f"Initializer {constant.name!r} of node {node!r} holds values beyond float16's "
+                      f"range (+-{limit:g}); they are clipped in the FP16 fallback. Keep this node in "
+                      "FP32 (precision=Precision.FP32) if that matters.", QuantDbgWarning, stacklevel=4)
+    return np.clip(values, -limit, limit).astype(np.float16)
 
 
 def records_from_model(model: onnx.ModelProto | str | os.PathLike) -> QuantizedModel:

@@ -129,7 +129,7 @@ def threshold_histograms(items: Sequence[ThresholdHistogram], columns: int = 2) 
     axes = fig.subplots(rows, columns, squeeze=False)
     methods = sorted({m for item in items for m in item.thresholds})
     color_of = {m: _COLORS[i % len(_COLORS)] for i, m in enumerate(methods)}
-    for ax, item in zip(axes.flat, items):
+    for ax, item in zip(axes.flat, items, strict=False):
         counts = np.asarray(item.counts, dtype=np.float64)
         edges = np.arange(counts.size + 1) * item.width
         ax.stairs(np.maximum(counts, 0.5), edges, fill=True, color="#bbbbbb", baseline=0.5)
@@ -228,7 +228,7 @@ def fallback_chart(sizes: Sequence[int], values: Sequence[float], met: Sequence[
     ax.plot(sizes_arr, vals, color="#999999", linewidth=0.8, zorder=1)
     ax.scatter(sizes_arr[ok], vals[ok], color=_COLORS[2], label="meets target", zorder=2)
     ax.scatter(sizes_arr[~ok], vals[~ok], color=_COLORS[1], label="misses target", zorder=2)
-    for i, (x, v) in enumerate(zip(sizes_arr, vals)):
+    for i, (x, v) in enumerate(zip(sizes_arr, vals, strict=True)):
         ax.annotate(str(i + 1), (x, v), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axhline(threshold, color="#333333", linestyle="--", linewidth=1, label="target")
     ax.set_xlabel("layers out of INT8")

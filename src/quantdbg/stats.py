@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from itertools import islice
 from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -200,7 +200,7 @@ class Collector:
                  num_bins: int = 2048) -> None:
         wanted = set(histogram) if not isinstance(histogram, bool) else None
         self.collectors = {
-            name: TensorCollector(name, histogram if wanted is None else name in wanted, num_bins)
+            name: TensorCollector(name, bool(histogram) if wanted is None else name in wanted, num_bins)
             for name in tensors}
 
     def update(self, name: str, array: np.ndarray) -> None:
@@ -296,7 +296,27 @@ def collect(model: onnx.ModelProto, data: DataSource, tensors: Iterable[str], *,
             histogram: bool | Collection[str] = False, num_bins: int = 2048,
             max_batches: int | None = None, progress: bool = False,
             session_options: Any = None) -> Collected:
-    """Like :func:`collect_stats` on an already loaded model, also counting batches and samples."""
+    """Like :func:`collect_stats` on an already loaded model, also counting batches and samples.
+
+    Args:
+        model: A model from :func:`quantdbg.model.load_model` (not modified).
+        data: Calibration data; iterated once, at most ``max_batches`` feeds pulled.
+        tensors: Value names to collect.
+        histogram: Build |x| histograms for every tensor (True), none, or the tensors named.
+        num_bins: Calibrator resolution of the histograms.
+        max_batches: Stop after this many feeds (None: all).
+        progress: Show a progress bar (tqdm when installed, else log lines).
+        session_options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
+
+    Returns:
+        The statistics with the number of batches and samples consumed.
+
+    Raises:
+        ModelError: A tensor name is unknown or names a weight.
+        DataError: A feed does not match the model, a tensor is not floating point, or there
+            is no data.
+        BackendError: ONNX Runtime failed.
+    """
     names = list(dict.fromkeys(tensors))
     specs = input_specs(model)
     _check_tensors(model, names)
@@ -313,7 +333,7 @@ def collect(model: onnx.ModelProto, data: DataSource, tensors: Iterable[str], *,
                         desc="calibration", enabled=progress)
         for index, feed in enumerate(batches):
             checked = check_feed(feed, specs, where=f"calibration batch {index}")
-            fetched = dict(zip(fetch, _run(session, fetch, checked, index)))
+            fetched = dict(zip(fetch, _run(session, fetch, checked, index), strict=True))
             arrays = {n: checked[n] if n in specs else fetched[n] for n in names}
             if pending is not None:
                 pending.result()

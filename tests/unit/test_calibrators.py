@@ -20,10 +20,10 @@ from quantdbg.calibrators import (
     PercentileConfig,
     TensorRange,
     available_calibrators,
+    base,
     get_calibrator,
     register_calibrator,
 )
-from quantdbg.calibrators import base
 from quantdbg.calibrators.entropy import best_candidate, entropy_divergences
 from quantdbg.calibrators.mse import mse_errors
 from quantdbg.calibrators.percentile import percentile_edge

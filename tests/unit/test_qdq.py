@@ -16,7 +16,7 @@ from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
 from quantdbg.calibrate import CalibrationResult
 from quantdbg.calibrators.base import TensorRange
 from quantdbg.config import Precision, QuantConfig
-from quantdbg.errors import ModelError, NotCalibratedError
+from quantdbg.errors import ModelError, NotCalibratedError, QuantDbgWarning
 from quantdbg.qdq import (
     QdqPlan,
     QdqRecord,
@@ -505,3 +505,38 @@ def test_ort_quantize_static_model_records_and_full_removal(rng, tmp_path):
     partly = remove_qdq(qm, ["conv2"], Precision.FP16)
     assert {r.node for r in partly.records} == set(qm.layers) - {"conv2"}
     assert np.all(np.isfinite(run(partly.model, {"x": x})))
+
+
+def test_every_weight_scale_is_amax_over_its_axis(rng):
+    for model in (models.mlp(), models.attention_matmuls(), models_qdq.deconv_gemm(), models.concat_convs()):
+        plan = plan_qdq(model)
+        ranges = {t: TensorRange(t, -1, 1, "minmax") for t in plan.activation_tensors}
+        qm = insert_qdq(model, CalibrationResult(ranges, {}), plan=plan)
+        for record in (r for r in qm.records if r.kind == "weight"):
+            w = initializer(model, record.tensor)
+            amax = np.abs(w).max(axis=tuple(a for a in range(w.ndim) if a != record.axis))
+            np.testing.assert_allclose(record.scale, amax / 127, rtol=1e-6)
+            assert len(record.scale) == w.shape[record.axis]
+
+
+def test_fp16_fallback_saturates_weights_beyond_float16(rng):
+    model = models.mlp()
+    for init in model.graph.initializer:
+        if init.name == "fc2.w":
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1e6, "fc2.w"))
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    plan = plan_qdq(model)
+    qm = insert_qdq(model, CalibrationResult({t: TensorRange(t, -3, 3, "minmax")
+                                              for t in plan.activation_tensors}, {}), plan=plan)
+    with pytest.warns(QuantDbgWarning, match=r"Initializer 'fc2.w' of node 'fc2' holds values beyond"):
+        mixed = remove_qdq(qm, ["fc2"])
+    weight = next(numpy_helper.to_array(i) for i in mixed.model.graph.initializer
+                  if i.name == node(mixed.model, "fc2").input[1])
+    assert weight.dtype == np.float16 and np.all(np.isfinite(weight))
+    assert run(mixed.model, {"x": x}).dtype == np.float32
+
+
+def test_records_from_an_fp32_model_warn_and_are_empty():
+    with pytest.warns(QuantDbgWarning, match=r"holds no DequantizeLinear feeding a compute node"):
+        found = records_from_model(models.mlp())
+    assert found.records == () and found.layers == ()

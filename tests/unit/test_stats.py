@@ -177,7 +177,8 @@ def _reshape_to_two_rows() -> onnx.ModelProto:
     """x[N,4] -> Reshape to (2, 4) -> Relu: valid for N = 2 only, which ONNX Runtime finds at run time."""
     h = onnx.helper
     graph = h.make_graph(
-        [h.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"), h.make_node("Relu", ["r"], ["y"], name="relu")],
+        [h.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+         h.make_node("Relu", ["r"], ["y"], name="relu")],
         "reshape", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])],
         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
         [numpy_helper.from_array(np.array([2, 4], np.int64), "shape")])

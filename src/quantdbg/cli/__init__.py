@@ -10,6 +10,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from quantdbg.errors import QuantDbgError
 
@@ -17,9 +18,16 @@ from quantdbg.errors import QuantDbgError
 _COMMAND_MODULES = ("calibrate", "analyze", "lint", "report")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a usage error in one line (not usage + error), exit status 2, like every bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Returns the parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(prog="quantdbg", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="quantdbg", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="count", default=0, help="More log output (-vv: debug).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:

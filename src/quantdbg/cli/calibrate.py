@@ -60,11 +60,13 @@ def run(args: argparse.Namespace) -> int:
                       batch_size=args.batch_size, progress=not args.no_progress)
     qmodel.save(outputs["out"])
     written = [str(outputs["out"])]
-    written += _write_scales(qmodel, outputs.get("cache"), outputs.get("scales"))
+    written += _write_scales(qmodel, calib, outputs.get("cache"), outputs.get("scales"))
     result = qmodel.calibration
-    samples = f"{result.n_samples} samples in {result.n_batches} batches" if result is not None else ""
-    sys.stdout.write(f"{len(qmodel.records)} Q/DQ pairs on {len(qmodel.layers)} nodes, calibrated on "
-                     f"{samples}; wrote {', '.join(written)}\n")
+    assert result is not None  # quantize() always attaches its calibration
+    batches = f"{result.n_batches} batch{'es' if result.n_batches != 1 else ''}"
+    nodes = f"{len(qmodel.layers)} node{'s' if len(qmodel.layers) != 1 else ''}"
+    sys.stdout.write(f"{len(qmodel.records)} Q/DQ pairs on {nodes}, calibrated on "
+                     f"{result.n_samples} samples in {batches}; wrote {', '.join(written)}\n")
     return 0
 
 
@@ -135,15 +137,20 @@ def _pairs(option: str, form: str, entries: Sequence[str]) -> dict[str, str]:
     return pairs
 
 
-def _write_scales(qmodel: Any, cache: Path | None, scales: Path | None) -> list[str]:
+def _write_scales(qmodel: Any, calib: Any, cache: Path | None, scales: Path | None) -> list[str]:
     """Writes the TensorRT calibration cache and the JSON scales file when asked for."""
     if cache is None and scales is None:
         return []
     from quantdbg import cache as cache_io
+    from quantdbg.calibrators import calibrator_name
 
     written = []
     if cache is not None:
-        cache_io.write_trt_cache(qmodel, cache)
+        specs = (calib.method, *calib.per_op.values(), *calib.per_tensor.values())
+        used = {calibrator_name(spec) for spec in specs}
+        # The header names TensorRT's calibrator; only a pure max calibration maps onto another one.
+        algorithm = "MinMaxCalibration" if used == {"minmax"} else cache_io.DEFAULT_ALGORITHM
+        cache_io.write_trt_cache(qmodel, cache, algorithm=algorithm)
         written.append(str(cache))
     if scales is not None:
         cache_io.write_scales_json(qmodel, scales)

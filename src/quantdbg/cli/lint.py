@@ -1,5 +1,76 @@
-"""PLACEHOLDER until its owner writes it."""
+"""``quantdbg lint MODEL``: static check of a Q/DQ model's placement against TensorRT's fusion rules.
+
+Exit status: 0 when no finding reaches ``--fail-on``; 1 when at least one does (so CI can gate on
+it); 2 on bad input (unreadable model, unwritable ``--json`` path, unknown rule in ``--skip``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+from quantdbg._io import write_json_atomic
+from quantdbg.lint import RULES, LintReport, Severity, lint
+
+_EPILOG = """\
+exit status:
+  0  no finding at or above --fail-on
+  1  at least one finding at or above --fail-on
+  2  bad input (the model does not load, --json cannot be written, unknown rule)
+
+rules:
+""" + "\n".join(f"  {rule.id:<26} {rule.severity.value:<8} {rule.title}" for rule in RULES.values())
 
 
-def register(sub):
-    pass
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds the ``lint`` subcommand to ``sub``."""
+    parser = sub.add_parser(
+        "lint", help="Flag Q/DQ placements TensorRT cannot fuse (why INT8 engines run slower than FP16).",
+        description=__doc__.splitlines()[0].replace("``", "`"), epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", metavar="MODEL",
+                        help="Q/DQ ONNX model (written by quantdbg, ONNX Runtime or ModelOpt).")
+    parser.add_argument("--json", metavar="OUT.json", type=Path,
+                        help="Also write the report as JSON (written atomically; the folder must exist).")
+    parser.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error",
+                        help="Exit with status 1 when a finding of this severity or worse is found "
+                             "(default: error; never: always exit 0 after a successful lint).")
+    parser.add_argument("--markdown", action="store_true", help="Print a Markdown table instead of text.")
+    parser.add_argument("--skip", metavar="RULE", nargs="+", default=[], help="Rule ids to leave out.")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Lints ``args.model``, prints the findings and returns the exit status.
+
+    Args:
+        args: Parsed arguments of the ``lint`` subcommand.
+
+    Returns:
+        0 or 1 (see the module docstring); input errors raise and become status 2 in ``cli.main``.
+    """
+    report = lint(args.model, skip=args.skip)
+    if args.json is not None:
+        write_json_atomic(args.json, report.to_dict())
+    sys.stdout.write(report.to_markdown() if args.markdown else render_text(report))
+    if args.fail_on == "never":
+        return 0
+    return 1 if report.at_or_above(Severity(args.fail_on)) else 0
+
+
+def render_text(report: LintReport, width: int = 100) -> str:
+    """Plain-text rendering: one block per finding, most severe first, then a count line."""
+    lines = []
+    indent = " " * 10
+    for finding in report.findings:
+        lines.append(f"{finding.severity.value.upper():<9} {finding.rule}  [{finding.node}]")
+        lines.extend(textwrap.wrap(finding.message, width, initial_indent=indent, subsequent_indent=indent,
+                                   break_on_hyphens=False))
+        lines.extend(textwrap.wrap(f"fix: {finding.fix}", width, initial_indent=indent,
+                                   subsequent_indent=indent + "     ", break_on_hyphens=False))
+    counts = report.counts()
+    total = len(report.findings)
+    lines.append(f"{report.model or 'model'}: {total} finding{'s' if total != 1 else ''} "
+                 f"({counts['error']} error, {counts['warning']} warning, {counts['info']} info)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,79 @@
+"""Scales do not depend on batch size or order: batches of 1, 7 or 64, shuffled, on real models."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import models
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from quantdbg.calibrate import calibrate
+from quantdbg.config import CalibConfig
+from quantdbg.data import ArrayData, load_npz
+from quantdbg.model import input_specs
+
+METHODS = ("minmax", "entropy", "percentile", "mse")
+
+
+def _opts() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return options
+
+
+def _embedded() -> tuple[Path, dict[str, np.ndarray]]:
+    demo = pytest.importorskip("quantdbg.demo")
+    try:
+        embedded = demo.load_embedded()
+    except Exception as err:  # the package data is being regenerated
+        pytest.skip(f"embedded digits model unavailable: {err}")
+    return embedded.model_path, embedded.calib
+
+
+def _small(builder, shape: tuple[int, ...], n: int = 96) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    spread = rng.uniform(0.1, 3.0, (n,) + (1,) * len(shape))  # samples of very different ranges
+    return builder(), {"x": (rng.standard_normal((n, *shape)) * spread).astype(np.float32)}
+
+
+def _assert_batch_invariant(model, arrays: dict[str, np.ndarray], method: str) -> None:
+    n = next(iter(arrays.values())).shape[0]
+    order = np.random.default_rng(7).permutation(n)
+    shuffled = {k: v[order] for k, v in arrays.items()}
+    runs = {}
+    for label, source, batch in (("1", arrays, 1), ("7", arrays, 7), ("64", arrays, 64),
+                                 ("7-shuffled", shuffled, 7), ("all-shuffled", shuffled, None)):
+        runs[label] = calibrate(model, ArrayData(source, batch), CalibConfig(method=method),
+                                session_options=_opts())
+    reference = runs["1"]
+    assert reference.n_batches == n and runs["64"].n_batches == -(-n // 64)
+    for label, result in runs.items():
+        assert result.n_samples == n
+        assert dict(result.scales()) == dict(reference.scales()), f"{method}: batches {label} differ"
+        assert dict(result.stats) == dict(reference.stats), f"{method}: statistics of batches {label} differ"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_embedded_digits_cnn(method):
+    model, arrays = _embedded()
+    _assert_batch_invariant(model, arrays, method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name, shape", [("conv_residual", (4, 8, 8)), ("concat_convs", (3, 8, 8)),
+                                         ("mlp", (8,)), ("attention_matmuls", (5, 8))])
+def test_small_models(name, shape, method):
+    model, arrays = _small(getattr(models, name), shape)
+    _assert_batch_invariant(model, arrays, method)
+
+
+@pytest.mark.zoo
+@pytest.mark.slow
+@pytest.mark.parametrize("method", METHODS)
+def test_zoo_digits_cnn(zoo_model, method):
+    folder = zoo_model("digits_cnn")
+    model = onnx.load(str(folder / "model.onnx"))
+    arrays = load_npz(folder / "calib.npz", None, limit=128, inputs=list(input_specs(model))).arrays
+    _assert_batch_invariant(folder / "model.onnx", {k: v[:128] for k, v in arrays.items()}, method)

@@ -1,0 +1,80 @@
+"""Memory is bounded: peak RSS of a process calibrating 512 samples is within 10% of one
+calibrating 32, although 512 samples' activations would fill far more than that 10%."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from quantdbg import _kernels
+
+CHILD = textwrap.dedent("""
+    import json, resource, sys
+    import numpy as np
+    import onnx, onnx_graphsurgeon as gs
+    import onnxruntime as ort
+    from quantdbg.calibrate import calibrate
+    from quantdbg.config import CalibConfig
+
+    n_samples, batch, channels = int(sys.argv[1]), 16, 64
+
+    def build():
+        rng = np.random.default_rng(0)
+        def w(name):
+            weights = rng.standard_normal((channels, channels, 1, 1)) * 0.2
+            return gs.Constant(name, weights.astype(np.float32))
+        x = gs.Variable("x", np.float32, ("N", channels, 32, 32))
+        c1, r1 = gs.Variable("c1", np.float32), gs.Variable("r1", np.float32)
+        y = gs.Variable("y", np.float32, ("N", channels, 32, 32))
+        nodes = [gs.Node("Conv", "conv1", inputs=[x, w("w1")], outputs=[c1]),
+                 gs.Node("Relu", "relu1", inputs=[c1], outputs=[r1]),
+                 gs.Node("Conv", "conv2", inputs=[r1, w("w2")], outputs=[y])]
+        model = gs.export_onnx(gs.Graph(nodes, [x], [y]))
+        model.ir_version = 8
+        del model.opset_import[:]
+        model.opset_import.append(onnx.helper.make_opsetid("", 17))
+        return model
+
+    class Generated:
+        # Batches are made on the fly, so the data itself is never resident all at once.
+        def __iter__(self):
+            rng = np.random.default_rng(1)
+            for start in range(0, n_samples, batch):
+                yield {"x": rng.standard_normal((min(batch, n_samples - start), channels, 32, 32),
+                                                dtype=np.float32)}
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    result = calibrate(build(), Generated(), CalibConfig(method="entropy"), session_options=options)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_kib": peak_kib, "n_samples": result.n_samples,
+                      "tensors": sorted(result.ranges)}))
+""")
+
+BYTES_PER_SAMPLE = 2 * 64 * 32 * 32 * 4  # the two calibrated tensors, x and r1, of one sample
+
+
+def _peak(n_samples: int, tmp_path: Path) -> dict:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    out = subprocess.run([sys.executable, str(script), str(n_samples)], capture_output=True, text=True,
+                         timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_peak_rss_does_not_grow_with_sample_count(tmp_path):
+    # Compile (or load) the cached kernel here first, so neither child pays a different JIT cost.
+    _kernels.scan(np.zeros(8, np.float32), np.zeros(16, np.int64), _kernels.EXPONENT_UNSET)
+    small, large = _peak(32, tmp_path), _peak(512, tmp_path)
+    assert (small["n_samples"], large["n_samples"]) == (32, 512)
+    assert small["tensors"] == large["tensors"] == ["r1", "x"]
+    retained_kib = (512 - 32) * BYTES_PER_SAMPLE / 1024
+    assert retained_kib > 0.5 * small["peak_kib"]  # keeping activations would fail the bound 5x over
+    growth = large["peak_kib"] / small["peak_kib"] - 1
+    print(f"peak RSS: N=32 {small['peak_kib'] / 1024:.0f} MiB, N=512 {large['peak_kib'] / 1024:.0f} MiB "
+          f"({growth:+.1%})")
+    assert growth < 0.10

@@ -1,0 +1,116 @@
+"""calibrate(): calibrator choice per op/tensor, shared scales, warnings, errors, JSON round trip."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import models
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from quantdbg.calibrate import CalibrationResult, calib_config_from_dict, calib_config_to_dict, calibrate
+from quantdbg.calibrators import EntropyConfig, PercentileConfig, get_calibrator
+from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.data import ArrayData
+from quantdbg.errors import ConfigError, QuantDbgWarning
+from quantdbg.qdq import QdqPlan, QuantTarget, plan_qdq
+from quantdbg.stats import merge_stats
+
+
+def _opts() -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return options
+
+
+def _data(rng, shape, n=24, batch=5) -> ArrayData:
+    return ArrayData({"x": rng.standard_normal((n, *shape)).astype(np.float32)}, batch_size=batch)
+
+
+def test_calibrator_chosen_per_tensor_then_per_op_then_default(rng):
+    model = models.conv_residual()
+    plan = plan_qdq(model)
+    assert set(plan.activation_tensors) == {"x", "r1"}  # x feeds conv1 and the residual Add
+    config = CalibConfig(method="minmax", per_op={"Add": "mse", "Conv": "entropy"},
+                         per_tensor={"r*": PercentileConfig(99.9)})
+    result = calibrate(model, _data(rng, (4, 8, 8)), config, session_options=_opts())
+    assert {n: r.method for n, r in result.ranges.items()} == {"x": "entropy", "r1": "percentile"}
+    for name, r in result.ranges.items():  # each range is its calibrator applied to its stats
+        spec = config.method_for(name, plan.consumer_ops(name))
+        assert r == get_calibrator(spec).compute(result.stats[name])
+    assert (result.n_batches, result.n_samples) == (5, 24)
+
+
+def test_histograms_only_where_needed(rng):
+    model = models.conv_residual()
+    data = _data(rng, (4, 8, 8))
+    only_minmax = calibrate(model, data, CalibConfig(method="minmax"), session_options=_opts())
+    assert all(s.hist is None for s in only_minmax.stats.values())
+    assert only_minmax.ranges["x"].amax == np.abs(data.arrays["x"]).max()  # NumPy oracle
+    assert only_minmax.stats["x"].count == data.arrays["x"].size
+    mixed = calibrate(model, data, CalibConfig(method="minmax", per_tensor={"r1": "entropy"}),
+                      session_options=_opts())
+    assert mixed.stats["r1"].hist is not None and mixed.stats["x"].hist is None
+
+
+def test_concat_inputs_share_the_range_of_their_merged_values(rng):
+    model = models.concat_convs()
+    plan = plan_qdq(model)
+    assert plan.shared_scale_groups
+    result = calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="entropy"), plan=plan,
+                       session_options=_opts())
+    for group in plan.shared_scale_groups:
+        merged = get_calibrator("entropy").compute(merge_stats("g", [result.stats[n] for n in group]))
+        assert {result.ranges[n].amax for n in group} == {merged.amax}
+        minmax = calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="minmax"), plan=plan,
+                           session_options=_opts())
+        assert {minmax.ranges[n].amax for n in group} == {max(minmax.stats[n].absmax for n in group)}
+
+
+def test_result_json_round_trip(rng):
+    config = CalibConfig(method=EntropyConfig(start_bin=256), per_op={"Conv": "mse"},
+                         per_tensor={"r*": PercentileConfig(99.5), "*": "minmax"}, num_bins=512)
+    result = calibrate(models.conv_residual(), _data(rng, (4, 8, 8)), config, session_options=_opts())
+    again = CalibrationResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result
+    assert list(again.config.per_tensor) == ["r*", "*"]  # glob order decides, so it must survive
+    default = json.loads(json.dumps(calib_config_to_dict(CalibConfig())))
+    assert calib_config_from_dict(default) == CalibConfig()
+
+
+def test_unknown_calibrator_fails_before_reading_data():
+    class Untouchable:
+        def __iter__(self):
+            raise AssertionError("data was read")
+
+    with pytest.raises(ConfigError, match=r"No calibrator named 'percentil'\. Did you mean 'percentile'\?"):
+        calibrate(models.conv_relu(), Untouchable(), CalibConfig(per_op={"Conv": "percentil"}))
+
+
+def test_plan_without_activations_is_refused(rng):
+    with pytest.raises(ConfigError, match="quantizes no activation tensor"):
+        calibrate(models.conv_relu(), _data(rng, (3, 8, 8)), plan=QdqPlan(()))
+
+
+def test_nonfinite_and_all_zero_tensors_are_warned(rng):
+    model = models.conv_relu()
+    plan = QdqPlan((QuantTarget("conv", "Conv", 0, "x", "activation"),))
+    x = np.zeros((2, 3, 8, 8), np.float32)
+    x[0, 0, 0, 0] = np.nan
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = calibrate(model, [{"x": x}], CalibConfig(method="entropy"), plan=plan,
+                           session_options=_opts())
+    messages = [str(w.message) for w in caught if w.category is QuantDbgWarning]
+    assert any(m.startswith("Tensor 'x': 1 NaN/Inf value(s) out of 384") for m in messages)
+    assert any(m.startswith("Tensor 'x' had only zeros during calibration") for m in messages)
+    assert result.ranges["x"].amax == 1.0 and result.stats["x"].nonfinite == 1
+
+
+def test_calibrate_leaves_the_model_untouched(rng):
+    model = models.concat_convs()
+    before = model.SerializeToString()
+    calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="minmax"), QuantConfig(),
+              session_options=_opts())
+    assert model.SerializeToString() == before

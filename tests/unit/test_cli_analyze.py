@@ -1,0 +1,139 @@
+"""``quantdbg analyze`` and ``quantdbg fallback``: outputs on success, exact one-line errors otherwise."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import models_sensitivity as ms
+import numpy as np
+import onnx
+import pytest
+
+from quantdbg.cli import main
+from quantdbg.fallback import FallbackPlan
+from quantdbg.sensitivity import SensitivityReport
+
+PY = shlex.quote(sys.executable)
+# Task metric: minus the number of DequantizeLinear nodes (each layer of mlp4 has two).
+COUNT_DQ = (f"{PY} -c \"import sys, onnx; m = onnx.load(sys.argv[1]); "
+            f"print(-sum(n.op_type == 'DequantizeLinear' for n in m.graph.node))\" {{model}}")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """FP32 mlp4, its calibration/eval data, and a Q/DQ version with fc2's input range 100x too small."""
+    folder = tmp_path_factory.mktemp("cli")
+    rng = np.random.default_rng(0)
+    model = ms.mlp4()
+    feeds = ms.feeds_for(model, rng)
+    onnx.save(model, str(folder / "fp32.onnx"))
+    ms.quantize_by_hand(model, feeds, {"act1": 0.01}).save(folder / "qdq.onnx")
+    x = np.concatenate([f["x"] for f in feeds])
+    np.savez(folder / "calib.npz", x=x)
+    np.savez(folder / "eval.npz", x=x, label=np.argmax(x, axis=1))
+    return folder
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_analyze_fp32_model(files, capsys, tmp_path):
+    out = tmp_path / "result.json"
+    code, stdout, _ = _run(capsys, "analyze", files / "fp32.onnx", "--data", files / "calib.npz", "--eval",
+                           files / "eval.npz", "--method", "minmax", "--mode", "isolated", "--labels", "label",
+                           "--out", out)
+    assert code == 0
+    report = SensitivityReport.read(out)
+    assert sorted(report.ranking) == ["fc0", "fc1", "fc2", "fc3"]
+    assert report.metric == "accuracy" and report.mode == "isolated"
+    assert stdout.splitlines()[0].startswith("isolated sensitivity of 4 layers")
+    assert not (tmp_path / "result.json.partial").exists()
+
+
+def test_analyze_qdq_model_with_its_fp32_original(files, capsys, tmp_path):
+    out = tmp_path / "result.json"
+    code, stdout, _ = _run(capsys, "analyze", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
+                           files / "eval.npz", "--out", out)
+    assert code == 0
+    assert SensitivityReport.read(out).ranking[0] == "fc2"
+    assert stdout.splitlines()[1].split()[:2] == ["1", "fc2"]
+
+
+def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
+    mixed, plan_path = tmp_path / "mixed.onnx", tmp_path / "plan.json"
+    code, stdout, _ = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
+                           files / "eval.npz", "--min-sqnr", "30", "--out", mixed, "--plan", plan_path)
+    assert code == 0
+    plan = FallbackPlan.from_dict(json.loads(plan_path.read_text()))
+    assert plan.status == "met" and plan.nodes == ("fc2",)
+    consumers = {n.name: n for n in onnx.load(str(mixed)).graph.node}
+    producers = {o: n.op_type for n in consumers.values() for o in n.output}
+    assert "DequantizeLinear" not in [producers.get(t) for t in consumers["fc2"].input]
+    assert stdout.startswith("met: 1 of 4 layer(s) in fp16")
+
+
+def test_fallback_with_an_evaluation_command(files, capsys, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    code, _, err = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
+                        files / "eval.npz", "--evaluate", COUNT_DQ, "--min-metric", "-4", "--precision", "fp32",
+                        "--out", tmp_path / "mixed.onnx", "--plan", plan_path)
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert len(plan["nodes"]) == 2 and plan["value"] == -4.0 and plan["precision"] == "fp32"
+
+
+def test_unreachable_target(files, capsys, tmp_path):
+    plan_path, mixed = tmp_path / "plan.json", tmp_path / "mixed.onnx"
+    code, _, err = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
+                        files / "eval.npz", "--evaluate", f"{PY} -c 'print(0.1)' {{model}}", "--min-metric", "0.5",
+                        "--out", mixed, "--plan", plan_path)
+    assert code == 2
+    assert err == ("quantdbg fallback: error: Target metric >= 0.5 is unreachable: even all 4 ranked nodes out of "
+                   f"INT8 miss it; best achieved 0.1 with 1 node(s) out of INT8. Plan written to {plan_path}.\n")
+    assert json.loads(plan_path.read_text())["status"] == "unreachable"
+    assert not mixed.exists()
+
+
+def _error(capsys, *argv: str) -> str:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1
+    return err
+
+
+def test_error_messages(files, capsys, tmp_path):
+    qdq, fp32, evals, out = files / "qdq.onnx", files / "fp32.onnx", files / "eval.npz", tmp_path / "r.json"
+    assert _error(capsys, "analyze", qdq, "--eval", evals, "--out", out) == (
+        f"quantdbg analyze: error: MODEL '{qdq}' is already quantized (16 Q/DQ node(s)); give its FP32 "
+        "original with --fp32 FP32.onnx.\n")
+    assert _error(capsys, "analyze", fp32, "--fp32", fp32, "--eval", evals, "--out", out) == (
+        f"quantdbg analyze: error: --fp32 is only for a Q/DQ MODEL, but '{fp32}' holds no Q/DQ nodes; "
+        "drop --fp32.\n")
+    assert _error(capsys, "analyze", fp32, "--eval", evals, "--out", out) == (
+        f"quantdbg analyze: error: MODEL '{fp32}' is FP32: give calibration data with --data CALIB.npz to "
+        "quantize it.\n")
+    assert _error(capsys, "analyze", qdq, "--fp32", fp32, "--eval", evals, "--evaluate", "python e.py",
+                  "--out", out) == (
+        "quantdbg analyze: error: The evaluation command 'python e.py' does not contain {model}; put {model} "
+        "where the model path goes, e.g. 'python eval.py {model}'.\n")
+    assert _error(capsys, "analyze", qdq, "--fp32", fp32, "--eval", evals, "--lower-is-better",
+                  "--out", out) == (
+        "quantdbg analyze: error: --lower-is-better describes the --evaluate command's metric; add "
+        "--evaluate CMD.\n")
+    assert _error(capsys, "analyze", qdq, "--fp32", fp32, "--eval", evals, "--out",
+                  tmp_path / "missing" / "r.json") == (
+        f"quantdbg analyze: error: --out '{tmp_path / 'missing' / 'r.json'}': folder "
+        f"'{tmp_path / 'missing'}' does not exist.\n")
+    assert _error(capsys, "fallback", qdq, "--fp32", fp32, "--eval", evals, "--evaluate", "x {model}",
+                  "--min-sqnr", "20", "--out", tmp_path / "m.onnx", "--plan", out) == (
+        "quantdbg fallback: error: --min-sqnr judges the output SQNR; --evaluate/--labels go with --min-metric "
+        "or --max-rel-loss.\n")
+    assert _error(capsys, "fallback", qdq, "--fp32", fp32, "--eval", evals, "--max-rel-loss", "-1",
+                  "--out", tmp_path / "m.onnx", "--plan", out) == (
+        "quantdbg fallback: error: A relative-loss bound is a percentage >= 0, got -1.0.\n")
+    assert _error(capsys, "analyze", qdq, "--fp32", fp32, "--eval", tmp_path / "nope.npz", "--out", out) == (
+        f"quantdbg analyze: error: Data file '{tmp_path / 'nope.npz'}' does not exist.\n")

@@ -1,0 +1,103 @@
+"""Task metrics: ready-made ones against NumPy, user callables, and evaluation commands."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+import models
+import numpy as np
+import pytest
+
+from quantdbg.errors import BackendError, ConfigError, DataError
+from quantdbg.evaluate import (
+    Accuracy,
+    CommandMetric,
+    ModelFunction,
+    OutputFunction,
+    OutputMetric,
+    Top1Agreement,
+    as_task_metric,
+    concat_batches,
+    parse_metric_line,
+)
+
+PY = shlex.quote(sys.executable)
+
+
+def test_top1_agreement_and_accuracy_match_numpy(rng):
+    ref = rng.standard_normal((50, 4))
+    out = ref + rng.standard_normal((50, 4))
+    labels = rng.integers(0, 4, 50)
+    assert Top1Agreement().from_outputs({"y": out}, {"y": ref}) == pytest.approx(
+        np.mean(out.argmax(1) == ref.argmax(1)))
+    assert Accuracy(labels).from_outputs({"y": out}, {"y": ref}) == pytest.approx(np.mean(out.argmax(1) == labels))
+
+
+def test_accuracy_checks_the_label_count(rng):
+    metric = Accuracy(np.zeros(3, np.int64))
+    with pytest.raises(DataError, match=r"^Accuracy: output 'y' gives predictions of shape \(5,\) but the "
+                                        r"labels have shape \(3,\); give one label per sample, in order\.$"):
+        metric.from_outputs({"y": np.zeros((5, 2))}, {"y": np.zeros((5, 2))})
+    with pytest.raises(DataError, match="must be integers"):
+        Accuracy(np.zeros(3))
+
+
+def test_ready_metrics_need_an_output_name_when_there_are_several():
+    with pytest.raises(ConfigError, match=r"the model has 2 outputs \(\['a', 'b'\]\); name the one"):
+        Top1Agreement().from_outputs({"a": np.zeros((1, 2)), "b": np.zeros((1, 2))},
+                                     {"a": np.zeros((1, 2)), "b": np.zeros((1, 2))})
+
+
+def test_output_metric_directions():
+    assert as_task_metric("sqnr").higher_is_better
+    assert not as_task_metric("rel_l2").higher_is_better
+    ref = {"y": np.array([[3.0, 4.0]])}
+    assert OutputMetric("rel_l2").from_outputs({"y": np.array([[3.0, 4.5]])}, ref) == pytest.approx(0.1)
+
+
+def test_output_function_rejects_non_numbers():
+    metric = OutputFunction(lambda out, ref: "bad", name="mine")
+    with pytest.raises(DataError, match=r"^task metric 'mine' returned 'bad', not a number\.$"):
+        metric.from_outputs({}, {})
+
+
+def test_model_function_gets_a_model_file(tmp_path):
+    seen = []
+    metric = ModelFunction(lambda path: seen.append(path.suffix) or 0.5)
+    assert metric.evaluate_model(models.mlp()) == 0.5
+    assert seen == [".onnx"]
+
+
+def test_command_metric_reads_the_last_line():
+    metric = CommandMetric(f"{PY} -c \"import sys; print('log line'); print(len(sys.argv[1]) * 0 + 0.75)\" {{model}}")
+    assert metric.evaluate_model(models.mlp()) == 0.75
+
+
+def test_command_metric_errors():
+    with pytest.raises(ConfigError, match=r"does not contain \{model\}; put \{model\} where the model path goes"):
+        CommandMetric("python eval.py")
+    with pytest.raises(ConfigError, match=r"^The evaluation command is empty"):
+        CommandMetric("   ")
+    failing = CommandMetric(f"{PY} -c \"import sys; sys.exit('broken eval')\" {{model}}")
+    with pytest.raises(BackendError, match=r"exited with status 1: broken eval$"):
+        failing.evaluate_model(models.mlp())
+    missing = CommandMetric("quantdbg-no-such-program {model}")
+    with pytest.raises(BackendError, match=r"program 'quantdbg-no-such-program' not found\.$"):
+        missing.evaluate_model(models.mlp())
+
+
+def test_parse_metric_line_messages():
+    assert parse_metric_line("a\n 0.5 \n\n", "cmd") == 0.5
+    with pytest.raises(BackendError, match=r"^Evaluation command 'cmd' printed nothing; it must print the task "
+                                           r"metric as its last line\.$"):
+        parse_metric_line("\n", "cmd")
+    with pytest.raises(BackendError, match=r"last printed line 'acc=0.5' is not a number; print the task metric "
+                                           r"alone on the last line\.$"):
+        parse_metric_line("acc=0.5", "cmd")
+    with pytest.raises(BackendError, match=r"printed 'nan'; the task metric must be finite\.$"):
+        parse_metric_line("nan", "cmd")
+
+
+def test_concat_batches():
+    joined = concat_batches([{"y": np.ones((2, 3)), "s": np.float32(1)}, {"y": np.zeros((1, 3)), "s": np.float32(2)}])
+    assert joined["y"].shape == (3, 3) and joined["s"].tolist() == [1.0, 2.0]

@@ -1,0 +1,188 @@
+"""Fallback search on synthetic evaluate functions with a known minimal set, targets, plans, mixed models."""
+from __future__ import annotations
+
+import json
+import math
+
+import models_sensitivity as ms
+import numpy as np
+import onnx
+import pytest
+
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError
+from quantdbg.fallback import (
+    FallbackPlan,
+    FallbackTarget,
+    auto_fallback,
+    default_budget,
+    search_fallback,
+    write_mixed_model,
+)
+
+
+class Additive:
+    """value(S) = 1 - sum of the costs of the nodes NOT in S: monotone, with a unique minimal set."""
+
+    def __init__(self, names: list[str], critical: set[str], big: float = 0.1, small: float = 1e-4) -> None:
+        self.cost = {n: big if n in critical else small for n in names}
+        self.calls: list[frozenset[str]] = []
+
+    def value(self, nodes: frozenset[str]) -> float:
+        return 1.0 - sum(c for n, c in self.cost.items() if n not in nodes)
+
+    def __call__(self, nodes: frozenset[str]) -> float:
+        self.calls.append(nodes)
+        return self.value(nodes)
+
+
+TARGET = FallbackTarget.min_metric(0.99)  # tolerates every small cost, no big one
+
+
+def _problem(rng: np.random.Generator, n_layers: int, n_critical: int, within: int):
+    names = [f"node{i}" for i in range(n_layers)]
+    ranking = list(rng.permutation(names))
+    critical = set(rng.choice(ranking[:within], n_critical, replace=False))
+    return ranking, critical
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bisect_finds_the_minimal_set_within_budget(seed):
+    rng = np.random.default_rng(seed)
+    n_layers = int(rng.choice([16, 48, 100]))
+    ranking, critical = _problem(rng, n_layers, int(rng.integers(1, 4)), within=4)
+    evaluate = Additive(ranking, critical)
+    plan = search_fallback(ranking, evaluate, TARGET)
+    assert plan.status == "met"
+    assert TARGET.is_met(evaluate.value(frozenset(plan.nodes)))
+    for node in plan.nodes:  # greedy-minimal: dropping any single node breaks the target
+        assert not TARGET.is_met(evaluate.value(frozenset(plan.nodes) - {node}))
+    assert set(plan.nodes) == critical  # additive costs: the minimal set is unique
+    assert plan.minimal
+    assert plan.n_evaluations <= default_budget(n_layers) == math.floor(2 * math.log2(n_layers) + 2)
+    assert [e.purpose for e in plan.evaluations][-1] == "verify"
+    assert list(plan.nodes) == [n for n in ranking if n in critical]  # reported in rank order
+
+
+def test_no_set_is_evaluated_twice_or_when_implied():
+    ranking = [f"n{i}" for i in range(48)]
+    evaluate = Additive(ranking, {"n0", "n2", "n5", "n6"})
+    plan = search_fallback(ranking, evaluate, TARGET, verify=lambda nodes: 1.0)
+    calls = evaluate.calls
+    assert len(calls) == len(set(calls)) == plan.n_evaluations
+    for i, later in enumerate(calls):  # monotonicity already decides these: never evaluated
+        earlier = calls[:i]
+        assert not any(later <= s for s in earlier if not TARGET.is_met(evaluate.value(s)))
+        assert not any(s <= later for s in earlier if TARGET.is_met(evaluate.value(s)))
+
+
+def test_budget_exhausted_during_pruning_keeps_a_passing_set():
+    ranking = [f"n{i}" for i in range(16)]
+    critical = {"n0", "n3", "n9"}  # n9 sits deep: the passing prefix holds 10 nodes, too many to prune
+    evaluate = Additive(ranking, critical)
+    plan = search_fallback(ranking, evaluate, TARGET)
+    assert plan.status == "met"
+    assert critical <= set(plan.nodes)
+    assert plan.n_evaluations == default_budget(16)
+    assert not plan.minimal
+
+
+def test_linear_strategy_is_the_top_k_baseline():
+    ranking = [f"n{i}" for i in range(10)]
+    evaluate = Additive(ranking, {"n0", "n2"})
+    plan = search_fallback(ranking, evaluate, TARGET, strategy="linear", max_evaluations=20)
+    assert plan.nodes == ("n0", "n1", "n2")
+    assert [len(e.nodes) for e in plan.evaluations if e.purpose == "search"] == [1, 2, 3]
+
+
+def test_already_met_gives_an_empty_set():
+    ranking = ["a", "b", "c"]
+    plan = search_fallback(ranking, lambda nodes: 1.0, TARGET)
+    assert plan.status == "met" and plan.nodes == ()
+
+
+def test_unreachable_target_reports_the_best_achieved():
+    ranking = [f"n{i}" for i in range(8)]
+    plan = search_fallback(ranking, lambda nodes: 0.5 + 0.01 * len(nodes), TARGET)
+    assert plan.status == "unreachable"
+    assert plan.value == pytest.approx(0.58) and plan.nodes == tuple(ranking)
+    assert plan.message == ("Target metric >= 0.99 is unreachable: even all 8 ranked nodes out of INT8 miss it; "
+                            "best achieved 0.58 with 8 node(s) out of INT8.")
+
+
+def test_verification_failure_is_reported():
+    ranking = ["a", "b"]
+    plan = search_fallback(ranking, lambda nodes: 1.0 if "a" in nodes else 0.0, TARGET, verify=lambda nodes: 0.9)
+    assert plan.status == "verification_failed" and plan.nodes == ("a",) and plan.value == 0.9
+
+
+def test_targets():
+    assert FallbackTarget.min_metric(0.5).is_met(0.5)
+    assert FallbackTarget.min_metric(0.5, lower_is_better=True).is_met(0.4)
+    assert not FallbackTarget.min_metric(0.5).is_met(math.nan)
+    loss = FallbackTarget.max_relative_loss(1.0, reference=0.8)
+    assert loss.is_met(0.793) and not loss.is_met(0.791)
+    assert FallbackTarget.max_relative_loss(10.0, reference=2.0, lower_is_better=True).is_met(2.19)
+    assert FallbackTarget.min_sqnr(20).is_met(25.0)
+    with pytest.raises(ConfigError, match=r"^An SQNR target is always higher-is-better"):
+        FallbackTarget("sqnr", 20.0, lower_is_better=True)
+    with pytest.raises(ConfigError, match=r"^A relative-loss bound is a percentage >= 0, got -1\.0\.$"):
+        FallbackTarget.max_relative_loss(-1.0)
+    with pytest.raises(ConfigError, match=r"needs the FP32 reference metric"):
+        search_fallback(["a"], lambda nodes: 1.0, FallbackTarget.max_relative_loss(1.0))
+
+
+def test_bad_rankings():
+    with pytest.raises(ConfigError, match=r"^The ranking is empty"):
+        search_fallback([], lambda nodes: 1.0, TARGET)
+    with pytest.raises(ConfigError, match=r"^The ranking lists node 'a' twice"):
+        search_fallback(["a", "b", "a"], lambda nodes: 1.0, TARGET)
+    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, linear\.$"):
+        search_fallback(["a"], lambda nodes: 1.0, TARGET, strategy="greedy")  # type: ignore[arg-type]
+
+
+def test_plan_json_round_trip_and_interop_settings():
+    ranking = [f"n{i}" for i in range(6)]
+    plan = search_fallback(ranking, Additive(ranking, {"n1"}), FallbackTarget.max_relative_loss(2.0, reference=1.0))
+    data = json.loads(json.dumps(plan.to_dict(), allow_nan=False))
+    assert FallbackPlan.from_dict(data) == plan
+    assert data["modelopt"]["nodes_to_exclude"] == ["n1"]
+    assert data["tensorrt"]["trtexec"] == "trtexec --onnx=MIXED.onnx --stronglyTyped"
+    assert data["tensorrt"]["layer_precisions"] == {"n1": "fp16"}
+    assert "--precisionConstraints=obey --layerPrecisions=n1:fp16" in data["tensorrt"]["trtexec_weakly_typed"]
+    with pytest.raises(ConfigError, match="Not a quantdbg fallback plan"):
+        FallbackPlan.from_dict({"format": "other"})
+
+
+def _fed_by(model: onnx.ModelProto, node_name: str) -> list[str]:
+    producers = {out: n.op_type for n in model.graph.node for out in n.output}
+    node = next(n for n in model.graph.node if n.name == node_name)
+    return [producers.get(t, "initializer") for t in node.input]
+
+
+@pytest.mark.parametrize("precision", [Precision.FP16, Precision.FP32])
+def test_mixed_model_drops_exactly_the_plan_nodes(tmp_path, rng, precision):
+    model = ms.mlp4()
+    qmodel = ms.quantize_by_hand(model, ms.feeds_for(model, rng))
+    mixed = write_mixed_model(qmodel, ["fc1", "fc3"], tmp_path / "mixed.onnx", precision)
+    saved = onnx.load(str(tmp_path / "mixed.onnx"))
+    for node in ("fc1", "fc3"):
+        assert "DequantizeLinear" not in _fed_by(saved, node)
+        if precision is Precision.FP16:
+            assert set(_fed_by(saved, node)) <= {"Cast", "initializer"}
+    for node in ("fc0", "fc2"):
+        assert _fed_by(saved, node) == ["DequantizeLinear", "DequantizeLinear"]
+    assert mixed.layers == ("fc0", "fc2")
+
+
+def test_auto_fallback_on_a_planted_bad_layer(rng):
+    model = ms.mlp4()
+    feeds = ms.feeds_for(model, rng)
+    qmodel = ms.quantize_by_hand(model, feeds, {"act1": 0.01})
+    result = auto_fallback(model, qmodel, feeds, FallbackTarget.min_sqnr(30.0), config=None)
+    assert result.plan.status == "met" and result.plan.nodes == ("fc2",)
+    assert result.report.ranking[0] == "fc2"
+    assert result.mixed is not None and result.mixed.layers == ("fc0", "fc1", "fc3")
+    with pytest.raises(ConfigError, match=r"^The target says lower is better but metric 'cosine' is "
+                                          r"higher-is-better; make them agree\.$"):
+        auto_fallback(model, qmodel, feeds, FallbackTarget.min_metric(0.9, lower_is_better=True), metric="cosine")

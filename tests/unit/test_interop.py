@@ -1,0 +1,140 @@
+"""trtexec / Polygraphy command lines built from an EngineBuildSpec: exact strings and quoting."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import models
+import models_lint
+import onnx
+import pytest
+
+from quantdbg.backends.tensorrt import ShapeRange
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError, ModelError
+from quantdbg.interop import (
+    BuildCommands,
+    EngineBuildSpec,
+    build_commands,
+    polygraphy_convert_command,
+    polygraphy_run_command,
+    trtexec_command,
+)
+
+SPEC = EngineBuildSpec(
+    model=Path("/data/my models/mixed.onnx"),
+    shapes={"images": ShapeRange((1, 3, 224, 224), (8, 3, 224, 224), (32, 3, 224, 224)),
+            "input:0": ShapeRange((1, 7), (8, 7), (32, 7))},
+    engine=Path("/data/my models/mixed.plan"),
+    timing_cache=Path("/tmp/timing.cache"),
+    layer_info=Path("/data/layers.json"),
+    fallback_nodes=("/blocks.3/fc2/MatMul", "head"),
+    workspace_mib=2048,
+    builder_optimization_level=4,
+    tf32=False,
+)
+
+
+def test_trtexec_command_exact():
+    assert trtexec_command(SPEC) == (
+        "trtexec '--onnx=/data/my models/mixed.onnx' --stronglyTyped "
+        "'--minShapes=images:1x3x224x224,'\"'\"'input:0'\"'\"':1x7' "
+        "'--optShapes=images:8x3x224x224,'\"'\"'input:0'\"'\"':8x7' "
+        "'--maxShapes=images:32x3x224x224,'\"'\"'input:0'\"'\"':32x7' "
+        "'--saveEngine=/data/my models/mixed.plan' --timingCacheFile=/tmp/timing.cache "
+        "--memPoolSize=workspace:2048M --builderOptimizationLevel=4 --noTF32 "
+        "--profilingVerbosity=detailed --exportLayerInfo=/data/layers.json")
+
+
+def test_trtexec_arguments_survive_the_shell():
+    args = shlex.split(trtexec_command(SPEC))
+    assert args[1] == "--onnx=/data/my models/mixed.onnx"
+    # trtexec's own syntax: a name containing ':' is wrapped in single quotes inside the spec.
+    assert args[3] == "--minShapes=images:1x3x224x224,'input:0':1x7"
+    assert args[6] == "--saveEngine=/data/my models/mixed.plan"
+
+
+def test_polygraphy_convert_command_exact():
+    assert polygraphy_convert_command(SPEC) == (
+        "polygraphy convert '/data/my models/mixed.onnx' --convert-to trt -o '/data/my models/mixed.plan' "
+        "--profiling-verbosity detailed --strongly-typed "
+        "--trt-min-shapes 'images:[1,3,224,224]' 'input:0:[1,7]' "
+        "--trt-opt-shapes 'images:[8,3,224,224]' 'input:0:[8,7]' "
+        "--trt-max-shapes 'images:[32,3,224,224]' 'input:0:[32,7]' "
+        "--load-timing-cache /tmp/timing.cache --save-timing-cache /tmp/timing.cache "
+        "--pool-limit workspace:2048M --builder-optimization-level 4")
+
+
+def test_polygraphy_run_command_exact_with_tf32_and_no_extras():
+    spec = EngineBuildSpec(Path("m.onnx"), {"x": ShapeRange((1, 16), (4, 16), (8, 16))})
+    assert polygraphy_run_command(spec) == (
+        "polygraphy run m.onnx --trt --onnxrt --strongly-typed --trt-min-shapes 'x:[1,16]' "
+        "--trt-opt-shapes 'x:[4,16]' --trt-max-shapes 'x:[8,16]' --tf32 --input-shapes 'x:[4,16]'")
+    assert trtexec_command(spec) == ("trtexec --onnx=m.onnx --stronglyTyped --minShapes=x:1x16 "
+                                     "--optShapes=x:4x16 --maxShapes=x:8x16")
+
+
+def test_static_model_needs_no_shape_flags():
+    spec = EngineBuildSpec(Path("static.onnx"), engine=Path("s.plan"))
+    assert trtexec_command(spec) == "trtexec --onnx=static.onnx --stronglyTyped --saveEngine=s.plan"
+    assert polygraphy_convert_command(spec) == (
+        "polygraphy convert static.onnx --convert-to trt -o s.plan --strongly-typed --tf32")
+
+
+def test_convert_needs_an_engine_path():
+    with pytest.raises(ConfigError, match="set EngineBuildSpec.engine"):
+        polygraphy_convert_command(EngineBuildSpec(Path("m.onnx")))
+
+
+def test_build_commands_and_script():
+    commands = build_commands(SPEC)
+    assert commands.trtexec == trtexec_command(SPEC)
+    assert commands.comment == ("# 2 node(s) kept in FP16 (cast in the model; the strongly typed build "
+                                "follows it): /blocks.3/fc2/MatMul, head")
+    script = commands.to_script().splitlines()
+    assert script[:4] == ["#!/bin/sh", "set -e", commands.comment, commands.trtexec]
+    assert f"# {commands.polygraphy_convert}" in script and f"# {commands.polygraphy_run}" in script
+    assert BuildCommands.from_dict(json.loads(json.dumps(commands.to_dict()))) == commands
+
+
+def test_spec_json_round_trip():
+    assert EngineBuildSpec.from_dict(json.loads(json.dumps(SPEC.to_dict()))) == SPEC
+
+
+def test_from_model_fills_the_batch_range(tmp_path):
+    path = tmp_path / "dir with space" / "m.onnx"
+    path.parent.mkdir()
+    onnx.save(models_lint.clean_conv_block(), str(path))
+    spec = EngineBuildSpec.from_model(path, batch=(2, 4, 16), engine=tmp_path / "e.plan",
+                                      fallback_nodes=["conv2"], fallback_precision="fp32")
+    assert dict(spec.shapes) == {"x": ShapeRange((2, 16, 8, 8), (4, 16, 8, 8), (16, 16, 8, 8))}
+    assert spec.fallback_nodes == ("conv2",) and spec.fallback_precision is Precision.FP32
+    assert "--minShapes=x:2x16x8x8" in shlex.split(trtexec_command(spec))
+
+
+def test_from_model_refuses_other_dynamic_dims_without_a_range(tmp_path):
+    path = tmp_path / "attn.onnx"
+    model = models.attention_matmuls()
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "T"
+    onnx.save(model, str(path))
+    with pytest.raises(ConfigError, match=r"Input 'x' has shape \(N, T, 8\) with dynamic axes \[0, 1\]"):
+        EngineBuildSpec.from_model(path)
+    spec = EngineBuildSpec.from_model(path, shapes={"x": ShapeRange((1, 1, 8), (4, 5, 8), (8, 16, 8))})
+    assert spec.shapes["x"].max == (8, 16, 8)
+
+
+def test_from_model_missing_file(tmp_path):
+    with pytest.raises(ModelError, match="does not exist"):
+        EngineBuildSpec.from_model(tmp_path / "nope.onnx")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"workspace_mib": 0}, "workspace_mib must be > 0"),
+    ({"builder_optimization_level": 6}, r"builder_optimization_level must be in \[0, 5\]"),
+    ({"fallback_nodes": "conv"}, "not one string"),
+    ({"shapes": {"x": (1, 2, 3)}}, "must be a ShapeRange"),
+])
+def test_spec_validation(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        EngineBuildSpec(Path("m.onnx"), **kwargs)

@@ -1,0 +1,29 @@
+"""Progress reporting: items pass through unchanged; a bar or log lines, never stdout."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from quantdbg import _optional, _progress
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_items_pass_through_and_nothing_is_printed(enabled, capsys):
+    assert list(_progress.track(iter(range(5)), total=5, desc="calibration", enabled=enabled)) == list(range(5))
+    assert capsys.readouterr().out == ""
+
+
+def test_without_tqdm_progress_is_logged(monkeypatch, caplog):
+    monkeypatch.setattr(_optional, "is_available", lambda module: False)
+    with caplog.at_level(logging.INFO, logger="quantdbg"):
+        items = list(_progress.track(["a", "b"], total=2, desc="calibration", enabled=True))
+    assert items == ["a", "b"]
+    assert [r.getMessage() for r in caplog.records] == ["calibration: batch 1/2", "calibration: batch 2/2"]
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+
+
+def test_disabled_progress_logs_at_debug_only(caplog):
+    with caplog.at_level(logging.INFO, logger="quantdbg"):
+        list(_progress.track([1, 2, 3], desc="calibration"))
+    assert caplog.records == []

@@ -1,0 +1,202 @@
+"""Sensitivity analysis: a planted bad layer, NumPy oracles, graph invariants, resume, JSON."""
+from __future__ import annotations
+
+import json
+import math
+
+import models_sensitivity as ms
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from quantdbg import _analysis
+from quantdbg._evidence import weight_evidence
+from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError, ModelError
+from quantdbg.evaluate import OutputFunction
+from quantdbg.metrics import compare_arrays
+from quantdbg.model import load_model, name_nodes
+from quantdbg.qdq import QdqRecord, remove_qdq
+from quantdbg.sensitivity import MODES, SensitivityReport, analyze_sensitivity
+
+ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
+PLANTED = {"mlp4": ("act1", "fc2"), "small_cnn": ("r1", "conv2")}
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """name -> (fp32 model, feeds, Q/DQ model with one activation range 100x too small)."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, (tensor, _) in PLANTED.items():
+        model = getattr(ms, name)()
+        feeds = ms.feeds_for(model, rng)
+        out[name] = (model, feeds, ms.quantize_by_hand(model, feeds, {tensor: 0.01}))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_every_mode_ranks_the_planted_layer_first(planted, name, mode):
+    model, feeds, qmodel = planted[name]
+    report = analyze_sensitivity(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD, evidence=False)
+    assert report.ranking[0] == PLANTED[name][1]
+    assert sorted(report.ranking) == sorted(qmodel.layers)
+    assert [layer.rank for layer in report.layers] == list(range(1, len(qmodel.layers) + 1))
+
+
+def test_switch_graph_reproduces_both_models(planted):
+    model, feeds, qmodel = planted["small_cnn"]
+    fp = name_nodes(load_model(model))
+    switch = _analysis.switch_graph(qmodel, fp)
+    wheres = [n for n in switch.model.graph.node if n.op_type == "Where"]
+    assert len(wheres) == len(qmodel.records)
+    assert set(switch.switches) == set(qmodel.layers)
+    session, q_session, fp_session = _session(switch.model), _session(qmodel.model), _session(fp)
+    for feed in feeds:
+        all_on = session.run(None, {**feed, **switch.feed(qmodel.layers)})[0]
+        all_off = session.run(None, {**feed, **switch.feed(())})[0]
+        np.testing.assert_allclose(all_on, q_session.run(None, feed)[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(all_off, fp_session.run(None, feed)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_isolated_variant_equals_the_model_with_other_pairs_removed(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    report = analyze_sensitivity(model, qmodel, feeds, mode="isolated", runner_factory=ONE_THREAD, evidence=False)
+    fp_session = _session(name_nodes(load_model(model)))
+    for layer in qmodel.layers:
+        only = remove_qdq(qmodel, [n for n in qmodel.layers if n != layer], Precision.FP32)
+        session = _session(only.model)
+        ref = np.concatenate([fp_session.run(None, f)[0] for f in feeds])
+        got = np.concatenate([session.run(None, f)[0] for f in feeds])
+        assert report.layer(layer).value == pytest.approx(compare_arrays(ref, got).sqnr_db, abs=1e-3)
+
+
+def _fake_quant(x: np.ndarray, record: QdqRecord) -> np.ndarray:
+    scale = np.asarray(record.scale, np.float32)
+    lo, hi = (-128, 127) if record.kind == "activation" else (-127, 127)
+    return (np.clip(np.round(x / scale), lo, hi) * scale).astype(np.float32)
+
+
+def test_local_error_matches_numpy_fake_quantization(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD, evidence=False)
+    fp = name_nodes(load_model(model))
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in fp.graph.initializer}
+    for layer in qmodel.layers:
+        act, weight = sorted(qmodel.records_of(layer), key=lambda r: r.input_index)
+        xs = ms.run_exposed(fp, feeds, [act.tensor])[act.tensor] if act.tensor != "x" else [f["x"] for f in feeds]
+        w = weights[weight.tensor]
+        ref = np.concatenate([x.astype(np.float64) @ w for x in xs])
+        got = np.concatenate([_fake_quant(x, act).astype(np.float64) @ _fake_quant(w, weight) for x in xs])
+        want = 10 * np.log10((ref**2).sum() / ((got - ref) ** 2).sum())
+        assert report.layer(layer).value == pytest.approx(want, abs=0.01)
+    assert report.n_passes == 1  # the whole local ranking is one pass
+
+
+def test_cumulative_tracks_every_tensor(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    report = analyze_sensitivity(model, qmodel, feeds, mode="cumulative", runner_factory=ONE_THREAD, evidence=False)
+    tensors = {t.tensor: t for t in report.tensors}
+    assert {"x", "mm0", "act0", "mm1", "act1", "mm2", "act2", "y"} <= set(tensors)
+    assert tensors["x"].metrics.sqnr_db == math.inf
+    assert tensors["y"].metrics.sqnr_db == pytest.approx(report.baseline.total.sqnr_db)
+    bad = report.layer("fc2")
+    assert bad.input_metrics.sqnr_db > 30 > 5 > bad.metrics.sqnr_db  # the error jumps at fc2
+    assert tensors["mm2"].metrics.sqnr_db == bad.metrics.sqnr_db
+
+
+def test_parallel_jobs_give_the_same_report(planted):
+    model, feeds, qmodel = planted["small_cnn"]
+    one = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD, evidence=False)
+    two = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD, jobs=2,
+                              evidence=False)
+    assert two.ranking == one.ranking
+    assert [x.value for x in two.layers] == pytest.approx([x.value for x in one.layers], rel=1e-9)
+
+
+class _Counting(OutputFunction):
+    def __init__(self, fail_after: int | None = None) -> None:
+        super().__init__(self._score, name="mean_abs", higher_is_better=False)
+        self.calls = 0
+        self.fail_after = fail_after
+
+    def _score(self, outputs, reference):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt
+        return float(np.mean(np.abs(outputs["y"] - reference["y"])))
+
+
+def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
+    model, feeds, qmodel = planted["mlp4"]
+    path = tmp_path / "sweep.json"
+    with pytest.raises(KeyboardInterrupt):
+        analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(fail_after=2),
+                            runner_factory=ONE_THREAD, results_path=path, evidence=False)
+    assert len(json.loads(path.read_text())["done"]) == 2
+    resumed_metric = _Counting()
+    resumed = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=resumed_metric,
+                                  runner_factory=ONE_THREAD, results_path=path, evidence=False)
+    assert resumed_metric.calls == len(qmodel.layers) + 1 - 2 + 1  # the rest, plus the FP32 reference value
+    fresh = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(),
+                                runner_factory=ONE_THREAD, evidence=False)
+    assert resumed.ranking == fresh.ranking
+    assert [x.value for x in resumed.layers] == pytest.approx([x.value for x in fresh.layers])
+    assert SensitivityReport.read(path) == resumed  # the finished file is the report
+    with pytest.raises(ConfigError, match=r"belongs to another analysis \(other models, data, mode or metric\); "
+                                          r"delete it or choose another results path\.$"):
+        analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
+                            runner_factory=ONE_THREAD, results_path=path, evidence=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_report_json_round_trip(planted, mode):
+    model, feeds, qmodel = planted["small_cnn"]
+    report = analyze_sensitivity(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD)
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    assert SensitivityReport.from_dict(json.loads(text)) == report
+    top = report.layers[0]
+    assert top.evidence is not None and top.evidence.best_calibrator is not None
+    assert {i.kind for i in top.inputs} == {"activation", "weight"}
+
+
+def test_evidence_points_at_the_planted_range(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD)
+    evidence = report.layer("fc2").evidence
+    assert evidence.recorded_sqnr < 5.0
+    assert evidence.calibrator_sqnr[evidence.best_calibrator] > evidence.recorded_sqnr + 20
+
+
+def test_weight_evidence_matches_numpy():
+    w = np.array([[0.01, -0.02, 5.0], [0.03, 0.001, -4.0]], np.float32)  # column 2 dwarfs the others
+    scale = np.abs(w).max(axis=0) / 127
+    record = QdqRecord("mm", "MatMul", 1, "w", "weight", "q", "dq", tuple(scale.tolist()), 1, "absmax")
+    found = weight_evidence(record, w, None)
+    t_scale = np.abs(w).max() / 127
+    per_tensor = np.clip(np.round(w / t_scale), -127, 127) * t_scale
+    per_channel = np.clip(np.round(w / scale), -127, 127) * scale
+    assert found["weight_error_per_tensor"] == pytest.approx(np.linalg.norm(per_tensor - w) / np.linalg.norm(w))
+    assert found["weight_error_per_channel"] == pytest.approx(np.linalg.norm(per_channel - w) / np.linalg.norm(w))
+    assert found["weight_zero_fraction_per_tensor"] == pytest.approx(np.mean(np.round(w / t_scale) == 0))
+    assert found["weight_zero_fraction"] == 0.0
+
+
+def test_argument_errors(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    with pytest.raises(ConfigError, match=r"^Unknown sensitivity mode 'global'; choose one of isolated, "
+                                          r"leave-one-out, local, cumulative\.$"):
+        analyze_sensitivity(model, qmodel, feeds, mode="global")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^jobs must be >= 1, got 0\.$"):
+        analyze_sensitivity(model, qmodel, feeds, jobs=0)
+    with pytest.raises(ModelError, match=r"^Quantized node 'fc0' is not in the FP32 model; pass the FP32 original"):
+        analyze_sensitivity(ms.small_cnn(), qmodel, feeds)
