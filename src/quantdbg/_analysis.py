@@ -4,9 +4,10 @@
   ``Where(enable_<layer>, DQ(Q(x)), x)``; a boolean graph input per layer turns its pairs on or
   off, so every isolated / leave-one-out / fallback variant is only a different feed.
 * :func:`local_graph`: the FP32 model plus, per layer (and per candidate range), a clone of the
-  layer reading Q/DQ copies of its FP32 inputs; in-graph float64 reductions return the clone's
-  output error, so one FP32-speed pass gives every layer's local error.
-* :func:`expose`: a model with extra graph outputs (for the cumulative comparison).
+  layer reading Q/DQ copies of its FP32 inputs; in-graph reductions return the clone's output
+  error, so one pass gives every layer's local error and no activation leaves the session;
+* :func:`paired_graph`: the FP32 model and the (switchable) quantized model side by side in one
+  graph, with reductions comparing paired tensors -- the cumulative comparison in one pass.
 
 The link between a layer and its pairs always comes from the QdqRecords, never from names.
 """
@@ -24,9 +25,9 @@ from quantdbg.qdq import QdqRecord, QuantizedModel
 
 ENABLE_PREFIX = "quantdbg_enable/"
 LOCAL_SUFFIX = "/quantdbg_local"
-REDUCTIONS = ("signal", "noise", "dot", "test", "max_abs", "count")
-"""The per-output scalars a local clone reports: sum r^2, sum (t-r)^2, sum r*t, sum t^2, max|t-r|
-(float64) and the element count (int64)."""
+REDUCTIONS = ("signal", "noise", "test", "max_abs", "count")
+"""The per-output scalars a local clone reports: sum r^2, sum (t-r)^2, sum t^2, max|t-r| (float32)
+and the element count (int64)."""
 
 
 class _Names:
@@ -301,22 +302,22 @@ def _zero_point_dtype(qmodel: QuantizedModel, record: QdqRecord) -> np.dtype:
 
 def _reductions(ref: str, test: str, names: _Names,
                 base: str) -> tuple[list[onnx.NodeProto], tuple[str, ...]]:
-    """The :data:`REDUCTIONS` of a test tensor against its reference."""
-    r64, t64, diff, prod, absd = (names(f"{base}/{s}")
-                                  for s in ("ref64", "test64", "diff", "prod", "absdiff"))
+    """The :data:`REDUCTIONS` of a test tensor against its reference.
+
+    Sums run in float32 inside the graph (a cast of every layer output to float64 would cost
+    more than the layer itself) and are accumulated across batches in float64 by the caller;
+    ``sum r*t`` is recovered as ``(sum r^2 + sum t^2 - sum (t-r)^2) / 2`` there, saving a pass.
+    """
+    diff, absd = names(f"{base}/diff"), names(f"{base}/absdiff")
     outs = tuple(names(f"{base}/{s}") for s in REDUCTIONS)
     nodes = [
-        helper.make_node("Cast", [ref], [r64], to=TensorProto.DOUBLE, name=names(f"{base}/CastRef")),
-        helper.make_node("Cast", [test], [t64], to=TensorProto.DOUBLE, name=names(f"{base}/CastTest")),
-        helper.make_node("Sub", [t64, r64], [diff], name=names(f"{base}/Sub")),
-        helper.make_node("Mul", [r64, t64], [prod], name=names(f"{base}/Mul")),
+        helper.make_node("Sub", [test, ref], [diff], name=names(f"{base}/Sub")),
         helper.make_node("Abs", [diff], [absd], name=names(f"{base}/Abs")),
-        helper.make_node("ReduceSumSquare", [r64], [outs[0]], keepdims=0, name=names(f"{base}/Signal")),
+        helper.make_node("ReduceSumSquare", [ref], [outs[0]], keepdims=0, name=names(f"{base}/Signal")),
         helper.make_node("ReduceSumSquare", [diff], [outs[1]], keepdims=0, name=names(f"{base}/Noise")),
-        helper.make_node("ReduceSum", [prod], [outs[2]], keepdims=0, name=names(f"{base}/Dot")),
-        helper.make_node("ReduceSumSquare", [t64], [outs[3]], keepdims=0, name=names(f"{base}/Test")),
-        helper.make_node("ReduceMax", [absd], [outs[4]], keepdims=0, name=names(f"{base}/MaxAbs")),
-        helper.make_node("Size", [ref], [outs[5]], name=names(f"{base}/Count")),
+        helper.make_node("ReduceSumSquare", [test], [outs[2]], keepdims=0, name=names(f"{base}/Test")),
+        helper.make_node("ReduceMax", [absd], [outs[3]], keepdims=0, name=names(f"{base}/MaxAbs")),
+        helper.make_node("Size", [ref], [outs[4]], name=names(f"{base}/Count")),
     ]
     return nodes, outs
 
@@ -381,7 +382,7 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
     _append_after(model, extra_nodes)
     model.graph.initializer.extend(inits)
     model.graph.output.extend(
-        helper.make_tensor_value_info(name, TensorProto.INT64 if kind == "count" else TensorProto.DOUBLE, [])
+        helper.make_tensor_value_info(name, TensorProto.INT64 if kind == "count" else TensorProto.FLOAT, [])
         for outs in outputs.values() for kind, name in zip(REDUCTIONS, outs, strict=True))
     return LocalGraph(model, outputs, tuple(variants))
 
@@ -408,10 +409,80 @@ def float_value_types(model: onnx.ModelProto) -> dict[str, int]:
     return {v.name: v.type.tensor_type.elem_type for v in values}
 
 
-def expose(model: onnx.ModelProto, tensors: Sequence[str]) -> onnx.ModelProto:
-    """A copy of ``model`` with ``tensors`` added as float32 graph outputs (existing ones kept)."""
-    out = _copy(model)
-    present = {o.name for o in out.graph.output}
-    out.graph.output.extend(helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-                            for name in tensors if name not in present)
-    return out
+@dataclass(frozen=True)
+class PairedGraph:
+    """The FP32 and quantized models in one graph, with error reductions of paired tensors.
+
+    Attributes:
+        model: The merged model. Its inputs are the FP32 model's plus the switches; its outputs
+            the FP32 outputs, the quantized outputs (``quant_outputs``) and the reductions.
+        reductions: FP32 tensor name -> the names of its :data:`REDUCTIONS`.
+        quant_outputs: FP32 output name -> name of the quantized model's same output.
+    """
+
+    model: onnx.ModelProto
+    reductions: Mapping[str, tuple[str, ...]]
+    quant_outputs: Mapping[str, str]
+
+
+QUANT_PREFIX = "quantdbg_quant/"
+
+
+def _rename_graph(graph: onnx.GraphProto, rename: dict[str, str], keep: set[str]) -> None:
+    """Prefixes every value and node name of ``graph`` (and its subgraphs) except ``keep``."""
+    def new(name: str) -> str:
+        if not name or name in keep:
+            return name
+        return rename.setdefault(name, QUANT_PREFIX + name)
+
+    for init in graph.initializer:
+        init.name = new(init.name)
+    for info in (*graph.value_info, *graph.output):
+        info.name = new(info.name)
+    for node in graph.node:
+        node.name = QUANT_PREFIX + node.name if node.name else node.name
+        for i, name in enumerate(node.input):
+            node.input[i] = new(name)
+        for i, name in enumerate(node.output):
+            node.output[i] = new(name)
+        for attr in node.attribute:
+            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                for info in sub.input:
+                    info.name = new(info.name)
+                _rename_graph(sub, rename, keep)
+
+
+def paired_graph(fp_model: onnx.ModelProto, quant_model: onnx.ModelProto,
+                 pairs: Mapping[str, str]) -> PairedGraph:
+    """Puts both models in one graph and compares ``pairs`` (FP32 tensor -> quantized tensor).
+
+    Args:
+        fp_model: The FP32 model.
+        quant_model: The quantized model (e.g. :attr:`SwitchGraph.model`) with the same data
+            inputs; its extra inputs (switches) become inputs of the merged graph.
+        pairs: FP32 value name -> the quantized model's value holding the same quantity.
+
+    Returns:
+        The merged graph.
+    """
+    model = _copy(fp_model)
+    quant = _copy(quant_model)
+    shared = {i.name for i in model.graph.input}
+    rename: dict[str, str] = {}
+    _rename_graph(quant.graph, rename, shared | {i.name for i in quant.graph.input})
+    quant_outputs = {fp.name: q.name for fp, q in zip(model.graph.output, quant.graph.output, strict=True)}
+    model.graph.node.extend(quant.graph.node)
+    model.graph.initializer.extend(quant.graph.initializer)
+    model.graph.value_info.extend(quant.graph.value_info)
+    model.graph.input.extend(i for i in quant.graph.input if i.name not in shared)
+    model.graph.output.extend(quant.graph.output)
+    names = _Names(model)
+    reductions: dict[str, tuple[str, ...]] = {}
+    for fp_name, q_name in pairs.items():
+        nodes, outs = _reductions(fp_name, rename.get(q_name, q_name), names, f"quantdbg_pair/{fp_name}")
+        model.graph.node.extend(nodes)
+        reductions[fp_name] = outs
+    model.graph.output.extend(
+        helper.make_tensor_value_info(name, TensorProto.INT64 if kind == "count" else TensorProto.FLOAT, [])
+        for outs in reductions.values() for kind, name in zip(REDUCTIONS, outs, strict=True))
+    return PairedGraph(model, reductions, quant_outputs)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import onnx
+
 from quantdbg.calibrators.base import (
     Calibrator,
     TensorRange,
@@ -130,29 +132,64 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         from quantdbg.qdq import plan_qdq  # the placement engine; imported late, it needs gs
 
         plan = plan_qdq(loaded, quant)
-    tensors = plan.activation_tensors
-    if not tensors:
+    if not plan.activation_tensors:
         raise ConfigError("The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate. "
                           f"Check QuantConfig.op_types {quant.op_types} and exclude {quant.exclude}.")
+    return calibrate_loaded(loaded, data, plan, config, progress=progress, session_options=session_options)
+
+
+def calibrate_loaded(model: onnx.ModelProto, data: DataSource, plan: QdqPlan,
+                     config: CalibConfig = _DEFAULT_CALIB, *, progress: bool = False,
+                     session_options: Any = None) -> CalibrationResult:
+    """:func:`calibrate` for a model that already went through ``name_nodes(load_model(...))``.
+
+    Skips the second validation (checker and shape inference take seconds on large models)
+    when the caller has just loaded the model and planned its Q/DQ pairs.
+
+    Args:
+        model: The loaded, node-named FP32 model (not modified).
+        data: Calibration data.
+        plan: Its Q/DQ plan.
+        config: Calibrator choice, bins, batch limit.
+        progress: Show a progress bar.
+        session_options: ``onnxruntime.SessionOptions`` for the calibration session.
+
+    Returns:
+        As :func:`calibrate`.
+
+    Raises:
+        DataError: The data does not match the model's inputs (the message names the batch).
+        ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
+        BackendError: ONNX Runtime failed.
+    """
+    tensors = plan.activation_tensors
+    if not tensors:
+        raise ConfigError("The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate.")
     chosen = _choose_calibrators(config, plan)
-    groups = [tuple(t for t in group if t in chosen) for group in plan.shared_scale_groups]
-    groups = [g for g in groups if len(g) > 1]
+    groups = [g for g in (tuple(t for t in group if t in chosen) for group in plan.shared_scale_groups)
+              if len(g) > 1]
     for group in groups:  # a shared range needs every member's histogram if its calibrator does
         for name in group:
             chosen[name] = chosen[group[0]]
     need_hist = {name for name, cal in chosen.items() if cal.needs_histogram}
-    collected = collect(loaded, data, tensors, histogram=need_hist, num_bins=config.num_bins,
+    collected = collect(model, data, tensors, histogram=need_hist, num_bins=config.num_bins,
                         max_batches=config.max_batches, progress=progress, session_options=session_options)
     warn_nonfinite(collected.stats)
+    ranges = _ranges(collected.stats, chosen, groups)
+    return CalibrationResult(MappingProxyType({name: ranges[name] for name in tensors}),
+                             MappingProxyType(collected.stats), config, collected.n_batches,
+                             collected.n_samples)
+
+
+def _ranges(stats: Mapping[str, TensorStats], chosen: Mapping[str, Calibrator],
+            groups: list[tuple[str, ...]]) -> dict[str, TensorRange]:
+    """Each tensor's range; a shared-scale group's from its members' merged statistics."""
     grouped = {name for group in groups for name in group}
-    ranges = {name: chosen[name].compute(collected.stats[name]) for name in tensors if name not in grouped}
+    ranges = {name: cal.compute(stats[name]) for name, cal in chosen.items() if name not in grouped}
     for group in groups:
-        merged = chosen[group[0]].compute(merge_stats("+".join(group), (collected.stats[n] for n in group)))
-        for name in group:
-            ranges[name] = TensorRange(name, merged.lo, merged.hi, merged.method)
-    ranges = {name: ranges[name] for name in tensors}  # graph order
-    return CalibrationResult(MappingProxyType(ranges), MappingProxyType(collected.stats), config,
-                             collected.n_batches, collected.n_samples)
+        merged = chosen[group[0]].compute(merge_stats("+".join(group), (stats[n] for n in group)))
+        ranges.update({name: TensorRange(name, merged.lo, merged.hi, merged.method) for name in group})
+    return ranges
 
 
 def _choose_calibrators(config: CalibConfig, plan: QdqPlan) -> dict[str, Calibrator]:

@@ -7,13 +7,18 @@ framework is needed at run time.
 """
 from __future__ import annotations
 
+import math
+import os
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from quantdbg.errors import DataError, ModelError
+from quantdbg.errors import ConfigError, DataError, ModelError
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -87,3 +92,172 @@ def load_embedded() -> EmbeddedModel:
         evals = preprocess_digits(data["eval_pixels"])
         labels = data["eval_labels"].astype(np.int64)
     return EmbeddedModel(model_path, {INPUT_NAME: calib}, {INPUT_NAME: evals}, labels)
+
+
+# --------------------------------------------------------------------------------------------
+# The whole job in one call
+# --------------------------------------------------------------------------------------------
+
+DEMO_MIN_SQNR_DB = 42.0
+"""The demo's fallback target: logits within 42 dB SQNR of FP32 (entropy INT8 gives about 35)."""
+
+
+@dataclass(frozen=True)
+class VariantScore:
+    """One variant of the embedded model on the evaluation set.
+
+    Attributes:
+        name: ``"FP32"``, ``"INT8"`` or ``"mixed"``.
+        int8_layers: Layers computing in INT8.
+        top1: Top-1 accuracy against the labels.
+        sqnr_db: Logits SQNR against FP32 (dB; inf for FP32 itself).
+    """
+
+    name: str
+    int8_layers: int
+    top1: float
+    sqnr_db: float
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What :func:`run_demo` measured and wrote.
+
+    Attributes:
+        scores: FP32, INT8 and mixed precision on the evaluation set.
+        n_layers: Quantizable layers of the model.
+        culprits: Most sensitive layers (isolated ranking), with their isolated output SQNR (dB).
+        fallback: Layers the fallback plan keeps out of INT8.
+        bundle: Every result, ready for :mod:`quantdbg.report`.
+        files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan), by name.
+        seconds: Wall time.
+        n_calib_samples: Calibration samples.
+        n_eval_samples: Evaluation samples.
+    """
+
+    scores: tuple[VariantScore, ...]
+    n_layers: int
+    culprits: tuple[tuple[str, float], ...]
+    fallback: tuple[str, ...]
+    bundle: Any
+    files: Mapping[str, Path]
+    seconds: float
+    n_calib_samples: int = 0
+    n_eval_samples: int = 0
+
+    def summary_text(self) -> str:
+        """A short table of the results (what ``quantdbg demo`` prints)."""
+        lines = [f"{'model':<9} {'INT8 layers':>11} {'top-1':>8} {'logits SQNR vs FP32':>20}"]
+        for s in self.scores:
+            sqnr = "-" if math.isinf(s.sqnr_db) else f"{s.sqnr_db:.1f} dB"
+            count = f"{s.int8_layers}/{self.n_layers}"
+            lines.append(f"{s.name:<9} {count:>11} {100 * s.top1:>7.2f}% {sqnr:>20}")
+        lines.append("top culprit layers (output SQNR with only that layer in INT8): "
+                     + ", ".join(f"{name} {value:.1f} dB" for name, value in self.culprits))
+        lines.append("kept out of INT8 by the fallback search: " + (", ".join(self.fallback) or "none"))
+        return "\n".join(lines) + "\n"
+
+
+def _top1(model: Any, inputs: Mapping[str, np.ndarray], labels: np.ndarray,
+          threads: int) -> tuple[float, np.ndarray]:
+    from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
+
+    with OnnxrtRunner(model, OrtConfig(intra_op_num_threads=threads)) as runner:
+        logits = runner.infer(inputs)[OUTPUT_NAME]
+    return float((logits.argmax(axis=1) == labels).mean()), logits
+
+
+def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = DEMO_MIN_SQNR_DB,
+             threads: int = 0, progress: bool = False) -> DemoResult:
+    """Calibrates, analyzes, falls back and reports on the embedded digits CNN.
+
+    Args:
+        out_dir: Existing folder for the report and models (None: nothing is written).
+        min_sqnr_db: Fallback target: logits SQNR against FP32 in dB.
+        threads: ONNX Runtime intra-op threads (0: all cores).
+        progress: Show progress bars.
+
+    Returns:
+        The scores, culprits, fallback set, the report bundle and the files written.
+
+    Raises:
+        ConfigError: ``out_dir`` does not exist.
+    """
+    from quantdbg.api import quantize
+    from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.doctor import DoctorConfig, diagnose
+    from quantdbg.fallback import FallbackTarget, search_fallback
+    from quantdbg.metrics import compare_arrays
+    from quantdbg.qdq import remove_qdq
+    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
+
+    start = time.perf_counter()
+    folder = _out_folder(out_dir)
+    emb = load_embedded()
+    qmodel = quantize(emb.model_path, emb.calib, progress=progress)
+    factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=threads))
+    ranking = analyze_sensitivity(emb.model_path, qmodel, emb.eval_inputs, mode="isolated",
+                                  runner_factory=factory, progress=progress)
+    with VariantEvaluator(emb.model_path, qmodel, emb.eval_inputs, "sqnr", factory) as evaluator:
+        layers = evaluator.layers
+        plan = search_fallback(
+            ranking, lambda nodes: evaluator.run([n for n in layers if n not in nodes]).value,
+            FallbackTarget.min_sqnr(min_sqnr_db),
+            verify=lambda nodes: evaluator.run_model(remove_qdq(qmodel, nodes).model).value)
+    mixed = remove_qdq(qmodel, plan.nodes)
+    doctor = diagnose(emb.model_path, emb.calib, emb.eval_inputs, DoctorConfig(threads=threads),
+                      progress=progress)
+    scores = _scores(emb, qmodel.model, mixed.model, len(layers), len(plan.nodes), threads, compare_arrays)
+    bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
+    files = _write(folder, bundle, qmodel, mixed, plan)
+    culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
+    return DemoResult(scores, len(layers), culprits, plan.nodes, bundle, files,
+                      round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
+
+
+def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
+    if out_dir is None:
+        return None
+    folder = Path(out_dir)
+    if not folder.is_dir():
+        raise ConfigError(f"Output folder {str(folder)!r} does not exist; create it first.")
+    return folder
+
+
+def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_fallback: int, threads: int,
+            compare: Any) -> tuple[VariantScore, ...]:
+    fp_top1, ref = _top1(str(emb.model_path), emb.eval_inputs, emb.labels, threads)
+    found = [VariantScore("FP32", 0, fp_top1, math.inf)]
+    for name, model, count in (("INT8", int8, n_layers), ("mixed", mixed, n_layers - n_fallback)):
+        top1, logits = _top1(model, emb.eval_inputs, emb.labels, threads)
+        found.append(VariantScore(name, count, top1, float(compare(ref, logits).sqnr_db)))
+    return tuple(found)
+
+
+def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibration: Any, doctor: Any,
+            min_sqnr_db: float) -> Any:
+    from quantdbg.doctor_checks import Evidence
+    from quantdbg.report import ReportBundle
+
+    summary = Evidence(("model", "layers in INT8", "top-1", "logits SQNR vs FP32 (dB)"),
+                       tuple((s.name, s.int8_layers, s.top1, s.sqnr_db) for s in scores))
+    notes = (f"The embedded digits CNN (scikit-learn's UCI digits, {len(ranking.layers)} quantizable layers) "
+             "calibrated with the entropy calibrator, ranked layer by layer (isolated: only that layer in "
+             "INT8), then searched for the smallest FP16 fallback set reaching logits SQNR >= "
+             f"{min_sqnr_db:g} dB.",
+             plan.message)
+    return ReportBundle("quantdbg demo: digits CNN", (calibration, ranking, plan, doctor), summary, notes)
+
+
+def _write(folder: Path | None, bundle: Any, qmodel: Any, mixed: Any, plan: Any) -> dict[str, Path]:
+    if folder is None:
+        return {}
+    from quantdbg.report import write_report
+
+    written = write_report(bundle, html=folder / "report.html", markdown=folder / "report.md",
+                           json=folder / "report.json")
+    files = {"report.html": written.html, "report.md": written.markdown, "report.json": written.json}
+    files["digits_cnn_int8.onnx"] = qmodel.save(folder / "digits_cnn_int8.onnx")
+    files["digits_cnn_mixed.onnx"] = mixed.save(folder / "digits_cnn_mixed.onnx")
+    files["fallback_plan.json"] = plan.write(folder / "fallback_plan.json")
+    return {name: path for name, path in files.items() if path is not None}

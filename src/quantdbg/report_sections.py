@@ -153,9 +153,9 @@ def calibrator_comparison_section(comparisons: Sequence[Any], title: str = "Cali
     plots = (Plot("|x| histograms with each calibrator's clip (solid: in use)",
                   lambda: _plots_module().threshold_histograms(items),
                   "Histograms of " + ", ".join(c.tensor for c in disputed)),) if items else ()
-    text = (f"Clip (amax) each registered calibrator chooses for each tensor, and the tensor's own SQNR after "
-            f"INT8 quantization with that clip. Histograms: the {len(items)} tensor(s) where the calibrators "
-            "disagree most.")
+    text = ("Clip (amax) each registered calibrator chooses for each tensor, and the tensor's own SQNR "
+            f"after INT8 quantization with that clip. Histograms: the {len(items)} tensor(s) where the "
+            "calibrators disagree most.")
     return Section(title, (text,), (Table(columns, rows, "calibrator-comparison"),), plots, level=3)
 
 
@@ -163,22 +163,35 @@ def calibrator_comparison_section(comparisons: Sequence[Any], title: str = "Cali
 # Sensitivity
 # --------------------------------------------------------------------------------------------
 
+def _deficit(values: Sequence[float], higher_is_better: bool) -> list[float]:
+    """How far each value is from the best finite one (>= 0; non-finite values draw no bar)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return [0.0] * len(values)
+    best = max(finite) if higher_is_better else min(finite)
+    return [abs(best - v) if math.isfinite(v) else 0.0 for v in values]
+
+
 def _chart_values(report: SensitivityReport) -> tuple[list[float], str]:
-    """What the ranking chart draws per layer (larger bar = more sensitive) and its label."""
+    """What the ranking chart draws per layer (longer bar = more sensitive) and its label."""
     layers = report.layers
+    values = [layer.value for layer in layers]
+    sign = 1.0 if report.higher_is_better else -1.0
     if report.mode == "local":
-        return [-layer.value for layer in layers], "-SQNR of the layer's own output (dB); longer = noisier"
+        return _deficit(values, True), "noise of the layer's own output above the quietest layer's (dB)"
     if report.mode == "cumulative":
         return [layer.score for layer in layers], "noise-to-signal ratio the layer adds"
-    if report.mode == "isolated" and report.reference_value is not None:
-        sign = 1.0 if report.higher_is_better else -1.0
-        return ([sign * (report.reference_value - layer.value) for layer in layers],
-                f"{report.metric} lost with only this layer in INT8")
-    if report.mode == "leave-one-out" and report.baseline_value is not None:
-        sign = 1.0 if report.higher_is_better else -1.0
-        return ([sign * (layer.value - report.baseline_value) for layer in layers],
+    ref = report.reference_value
+    if report.mode == "isolated" and ref is not None and math.isfinite(ref):
+        return [sign * (ref - v) for v in values], f"{report.metric} lost with only this layer in INT8"
+    if report.mode == "isolated":  # e.g. SQNR, whose FP32 reference is infinite
+        return (_deficit(values, report.higher_is_better),
+                f"{report.metric} with only this layer in INT8, below the least harmful layer's")
+    base = report.baseline_value
+    if base is not None and math.isfinite(base):
+        return ([sign * (v - base) for v in values],
                 f"{report.metric} regained by taking only this layer out of INT8")
-    return [layer.score for layer in layers], report.score_meaning
+    return _deficit(values, not report.higher_is_better), f"{report.metric} regained (relative)"
 
 
 def _evidence_cells(layer: Any) -> tuple[Cell, ...]:
@@ -290,7 +303,8 @@ def doctor_sections(report: DoctorReport) -> list[Section]:
                  tuple((r.check, r.status, r.seconds, r.detail) for r in report.runs), "doctor-checks")
     sections = [Section("Doctor", (summary,), (table, runs))]
     for i, finding in enumerate(report.findings, 1):
-        sections.append(Section(f"{i}. [{finding.severity}] {finding.check}", (finding.title, "Fix: " + finding.fix),
+        sections.append(Section(f"{i}. [{finding.severity}] {finding.check}",
+                                (finding.title, "Fix: " + finding.fix),
                                 (Table(finding.evidence.columns, finding.evidence.rows),), level=3))
     sections += _doctor_measurements(report)
     return sections
@@ -308,7 +322,8 @@ def _doctor_measurements(report: DoctorReport) -> list[Section]:
         weights = report.weights
         sections.append(Section("Weights zeroed per node", (
             "Share of non-zero weights that round to 0 in INT8, with one scale per tensor vs per output "
-            "channel.",), (Table(("node", "op", "weights", "zeroed per-tensor", "zeroed per-channel", "in use"),
+            "channel.",), (Table(("node", "op", "weights", "zeroed per-tensor", "zeroed per-channel",
+                                  "in use"),
                                  tuple((w.node, w.op_type, w.nonzero, w.per_tensor, w.per_channel, w.scheme)
                                        for w in weights), "weights-zeroed"),),
             (Plot("Weights zeroed", lambda: plots_mod().weight_zeroing_chart(
@@ -324,16 +339,18 @@ def _doctor_measurements(report: DoctorReport) -> list[Section]:
         sections.append(Section("Value ranges per channel", (
             "Each tensor under one per-tensor scale: channels where most non-zero values round to 0 "
             "(swamped) and the SQNR of the whole tensor vs of those channels.",),
-            (Table(("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)", "swamped SQNR (dB)"),
-                   rows, "mixed-ranges"),), level=3))
+            (Table(("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)",
+                    "swamped SQNR (dB)"), rows, "mixed-ranges"),), level=3))
     if report.lint is not None:
-        sections += [Section(s.title, s.paragraphs, s.tables, s.plots, s.code, 3) for s in lint_sections(report.lint)]
+        sections += [Section(s.title, s.paragraphs, s.tables, s.plots, s.code, 3)
+                     for s in lint_sections(report.lint)]
     return sections
 
 
 def _stability_section(report: DoctorReport) -> Section:
     items = sorted(report.stability, key=lambda s: -s.spread)
-    curves = [_plots_module().ScaleCurve(s.tensor, s.n_samples, s.median, s.lo, s.hi) for s in items[:MAX_PANELS]]
+    curves = [_plots_module().ScaleCurve(s.tensor, s.n_samples, s.median, s.lo, s.hi)
+              for s in items[:MAX_PANELS]]
     rows = tuple((s.tensor, s.calibrator, s.scale, s.spread, s.stable) for s in items)
     return Section("Scale against number of calibration samples", (
         "Bootstrap over interleaved chunks of the calibration samples: the median scale and its 10-90 % band "

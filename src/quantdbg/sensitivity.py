@@ -25,7 +25,7 @@ import math
 import multiprocessing
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +64,6 @@ PROGRESS_FORMAT = "quantdbg.sensitivity-progress/1"
 DEFAULT_BATCH_SIZE = 32
 EVIDENCE_BATCHES = 2
 """Batches of the analysis data the calibrator comparison runs on (it needs no full pass)."""
-CUMULATIVE_BYTES = 256 * 2**20
-"""Exposed intermediate tensors per run in cumulative mode; larger feeds are split on axis 0."""
 _BASELINE = "__all_quantized__"
 
 
@@ -711,28 +709,52 @@ class _ResultsFile:
 
 # ----- local ---------------------------------------------------------------------------------
 
-def _run_local(evaluator: VariantEvaluator, variants: Sequence[_analysis.LocalVariant],
-               max_batches: int | None, progress: bool, desc: str) -> dict[int, OutputMetrics]:
-    """Runs a local graph; returns variant index -> metrics of the clone's outputs (pooled)."""
-    graph = _analysis.local_graph(evaluator.fp_model, evaluator.qmodel, variants)
-    names = [n for outs in graph.outputs.values() for n in outs]
-    sums = np.zeros((len(graph.outputs), len(_analysis.REDUCTIONS)), np.float64)
-    runner = evaluator.runner_factory(graph.model)
-    with runner:
+def _sums_to_metrics(sums: Sequence[float]) -> OutputMetrics:
+    signal, noise, test, max_abs, count = sums
+    return metrics_from_sums(signal, noise, (signal + test - noise) / 2.0, test, max_abs, int(count))
+
+
+def _reduce(evaluator: VariantEvaluator, model: onnx.ModelProto, groups: Mapping[Any, tuple[str, ...]],
+            max_batches: int | None, progress: bool, desc: str,
+            also: Sequence[str] = ()) -> tuple[dict[Any, list[float]], list[dict[str, np.ndarray]]]:
+    """Runs ``model`` over the data and accumulates each group's :data:`_analysis.REDUCTIONS`.
+
+    Per-batch float32 sums are added in float64. Returns group -> [signal, noise, test, max_abs,
+    count] and, per batch, the outputs named in ``also``.
+    """
+    names = [n for outs in groups.values() for n in outs]
+    totals = {key: [0.0, 0.0, 0.0, 0.0, 0.0] for key in groups}
+    kept: list[dict[str, np.ndarray]] = []
+    with evaluator.runner_factory(model) as runner:
         evaluator.n_passes += 1
         for index, feed in enumerate(track(evaluator.data, desc=desc, enabled=progress)):
             if max_batches is not None and index >= max_batches:
                 break
-            values = runner.infer(feed, names)
-            batch = np.array([[float(values[n]) for n in outs] for outs in graph.outputs.values()])
-            sums[:, :4] += batch[:, :4]
-            sums[:, 5] += batch[:, 5]
-            sums[:, 4] = np.maximum(sums[:, 4], batch[:, 4])
-    pooled: dict[int, np.ndarray] = {}
-    for row, (variant, _) in zip(sums, graph.outputs, strict=True):  # several outputs: pool them
-        pooled[variant] = row if variant not in pooled else np.r_[
-            pooled[variant][:4] + row[:4], max(pooled[variant][4], row[4]), pooled[variant][5] + row[5]]
-    return {v: metrics_from_sums(*row[:5], int(row[5])) for v, row in pooled.items()}
+            values = runner.infer(feed, [*names, *also])
+            for key, outs in groups.items():
+                sums, batch = totals[key], [float(values[n]) for n in outs]
+                sums[0] += batch[0]
+                sums[1] += batch[1]
+                sums[2] += batch[2]
+                sums[3] = max(sums[3], batch[3]) if math.isfinite(batch[3]) else math.inf
+                sums[4] += batch[4]
+            if also:
+                kept.append({n: values[n] for n in also})
+    return totals, kept
+
+
+def _run_local(evaluator: VariantEvaluator, variants: Sequence[_analysis.LocalVariant],
+               max_batches: int | None, progress: bool, desc: str) -> dict[int, OutputMetrics]:
+    """Runs a local graph; returns variant index -> metrics of the clone's outputs (pooled)."""
+    graph = _analysis.local_graph(evaluator.fp_model, evaluator.qmodel, variants)
+    totals, _ = _reduce(evaluator, graph.model, graph.outputs, max_batches, progress, desc)
+    pooled: dict[int, list[float]] = {}
+    for (variant, _), sums in totals.items():  # a layer with several outputs: pool them
+        acc = pooled.setdefault(variant, [0.0, 0.0, 0.0, 0.0, 0.0])
+        for i in (0, 1, 2, 4):
+            acc[i] += sums[i]
+        acc[3] = max(acc[3], sums[3])
+    return {v: _sums_to_metrics(s) for v, s in pooled.items()}
 
 
 def _local(evaluator: VariantEvaluator, progress: bool) -> _Found:
@@ -759,8 +781,7 @@ def _cumulative_pairs(evaluator: VariantEvaluator) -> list[_Pair]:
     inserted = {r.dequantize_node for r in qmodel.records} | {r.quantize_node for r in qmodel.records}
     fp_nodes = {n.name: n for n in evaluator.fp_model.graph.node}
     types = _analysis.float_value_types(evaluator.fp_model)
-    pairs = [_Pair(name, name, "", "") for name, spec in input_specs(evaluator.fp_model).items()
-             if spec.dtype == np.float32]
+    pairs = []
     for node in switch.model.graph.node:
         fp_node = fp_nodes.get(node.name)
         if node.name in inserted or fp_node is None or fp_node.op_type != node.op_type:
@@ -771,39 +792,36 @@ def _cumulative_pairs(evaluator: VariantEvaluator) -> list[_Pair]:
     return pairs
 
 
-def _split(feed: Mapping[str, np.ndarray], size: int) -> list[dict[str, np.ndarray]]:
-    lengths = {np.shape(v)[0] if np.ndim(v) else 0 for v in feed.values()}
-    if len(lengths) != 1 or size <= 0 or next(iter(lengths)) <= size:
-        return [dict(feed)]
-    n = next(iter(lengths))
-    return [{k: v[i:i + size] for k, v in feed.items()} for i in range(0, n, size)]
-
-
 def _cumulative(evaluator: VariantEvaluator, progress: bool) -> _Found:
     pairs = _cumulative_pairs(evaluator)
-    fp_exposed = _analysis.expose(evaluator.fp_model, [p.fp for p in pairs])
-    q_exposed = _analysis.expose(evaluator.switch.model, [p.quant for p in pairs])
-    switches = evaluator.switch.feed(evaluator.layers)
-    accs = {p.fp: MetricAccumulator() for p in pairs}
+    graph = _analysis.paired_graph(evaluator.fp_model, evaluator.switch.model, {p.fp: p.quant for p in pairs})
+    data = evaluator.data
+    evaluator.data = _WithSwitches(data, evaluator.switch.feed(evaluator.layers))
+    try:
+        also = [*graph.quant_outputs, *graph.quant_outputs.values()]
+        totals, kept = _reduce(evaluator, graph.model, graph.reductions, None, progress,
+                               "sensitivity (cumulative)", also)
+    finally:
+        evaluator.data = data
     outputs = MetricAccumulator()
-    out_names = [o.name for o in evaluator.fp_model.graph.output]
-    chunk = 1  # samples per run: measured on the first run so exposed tensors stay bounded
-    with evaluator.runner_factory(fp_exposed) as fp_run, evaluator.runner_factory(q_exposed) as q_run:
-        evaluator.n_passes += 2
-        for feed in track(evaluator.data, desc="sensitivity (cumulative)", enabled=progress):
-            for part in _split(feed, chunk):
-                ref = fp_run.infer(part, [p.fp for p in pairs])
-                got = q_run.infer({**part, **switches}, [p.quant for p in pairs])
-                for p in pairs:
-                    accs[p.fp].update({"x": ref[p.fp]}, {"x": got[p.quant]})
-                outputs.update({n: ref[n] for n in out_names if n in ref},
-                               {n: got[n] for n in out_names if n in got})
-                size = sum(a.nbytes for a in ref.values()) * 2
-                rows = max(1, next(iter(part.values())).shape[0] if np.ndim(next(iter(part.values()))) else 1)
-                chunk = max(1, int(CUMULATIVE_BYTES // max(size // rows, 1)))
-    tensor_metrics = {p.fp: accs[p.fp].result().total for p in pairs}
+    for batch in kept:
+        outputs.update({fp: batch[fp] for fp in graph.quant_outputs},
+                       {fp: batch[q] for fp, q in graph.quant_outputs.items()})
+    tensor_metrics = {fp: _sums_to_metrics(sums) for fp, sums in totals.items()}
     tensors = tuple(TensorError(p.fp, p.node, p.op_type, tensor_metrics[p.fp]) for p in pairs)
     return _cumulative_found(evaluator, tensor_metrics, tensors, outputs)
+
+
+class _WithSwitches:
+    """Re-iterable data whose feeds also carry the switch values."""
+
+    def __init__(self, data: CalibrationData, switches: Mapping[str, np.ndarray]) -> None:
+        self.data = data
+        self.switches = switches
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        for feed in self.data:
+            yield {**feed, **self.switches}
 
 
 def _nsr(m: OutputMetrics) -> float:

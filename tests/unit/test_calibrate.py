@@ -114,3 +114,15 @@ def test_calibrate_leaves_the_model_untouched(rng):
     calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="minmax"), QuantConfig(),
               session_options=_opts())
     assert model.SerializeToString() == before
+
+
+def test_calibrate_loaded_equals_calibrate(rng):
+    from quantdbg.calibrate import calibrate_loaded
+    from quantdbg.model import load_model, name_nodes
+
+    data = _data(rng, (4, 8, 8))
+    loaded = name_nodes(load_model(models.conv_residual()))
+    plan = plan_qdq(loaded)
+    config = CalibConfig(method="mse")
+    direct = calibrate_loaded(loaded, data, plan, config, session_options=_opts())
+    assert direct == calibrate(models.conv_residual(), data, config, session_options=_opts())

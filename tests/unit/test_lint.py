@@ -131,7 +131,7 @@ def test_lint_reads_a_path_and_leaves_the_model_untouched(tmp_path):
 
 
 def test_unnamed_nodes_are_reported_by_op_and_index():
-    model = models_lint.partiallyquantized_conv()
+    model = models_lint.partially_quantized_conv()
     for node in model.graph.node:
         node.name = ""
     finding, = lint(model).findings

@@ -30,6 +30,7 @@ import logging
 import re
 import statistics
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,15 @@ import onnx
 from quantdbg import _optional
 from quantdbg._io import write_bytes_atomic
 from quantdbg.backends.base import Runner
-from quantdbg.errors import BackendError, ConfigError, DataError, MissingDependencyError, unknown
+from quantdbg.data import check_feed
+from quantdbg.errors import (
+    BackendError,
+    ConfigError,
+    DataError,
+    MissingDependencyError,
+    QuantDbgWarning,
+    unknown,
+)
 from quantdbg.model import ModelSource, TensorSpec, input_specs, load_model
 
 if TYPE_CHECKING:
@@ -558,11 +567,20 @@ def _apply_config(builder: trt.Builder, network: trt.INetworkDefinition, model: 
                 raise unknown("network input", name, network_inputs, error=BackendError)
             profile.set_shape(name, trt.Dims(list(rng.min)), trt.Dims(list(rng.opt)), trt.Dims(list(rng.max)))
         built.add_optimization_profile(profile)
-    cache_bytes = b""
-    if config.timing_cache is not None and config.timing_cache.is_file():
-        cache_bytes = config.timing_cache.read_bytes()
-    built.set_timing_cache(built.create_timing_cache(cache_bytes), ignore_mismatch=False)
     return built
+
+
+def _attach_timing_cache(built: trt.IBuilderConfig, path: Path | None) -> trt.ITimingCache:
+    """Loads ``path`` (when it exists) as the build's timing cache; the caller keeps it alive."""
+    cache = built.create_timing_cache(path.read_bytes() if path is not None and path.is_file() else b"")
+    if not built.set_timing_cache(cache, ignore_mismatch=False):
+        # A cache from another GPU or TensorRT version is refused; time from scratch instead.
+        warnings.warn(f"TensorRT refused the timing cache {str(path)!r} (written by another GPU or TensorRT "
+                      "version); building without it and overwriting it afterwards.", QuantDbgWarning,
+                      stacklevel=3)
+        cache = built.create_timing_cache(b"")
+        built.set_timing_cache(cache, ignore_mismatch=False)
+    return cache
 
 
 def build_engine(model: ModelSource, config: TrtConfig = TrtConfig()) -> bytes:
@@ -585,15 +603,20 @@ def build_engine(model: ModelSource, config: TrtConfig = TrtConfig()) -> bytes:
     proto = load_model(model, allow_quantized=True)
     logger = _Logger()
     builder = trt.Builder(logger.trt_logger)
-    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+    # TensorRT 10 needs the flag; TensorRT 11 networks are always strongly typed (the flag may go).
+    strongly_typed = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)
+    network = builder.create_network(0 if strongly_typed is None else 1 << int(strongly_typed))
     parser = trt.OnnxParser(network, logger.trt_logger)
     _parse(parser, proto)
     built = _apply_config(builder, network, proto, config)
+    cache = _attach_timing_cache(built, config.timing_cache)
     plan = builder.build_serialized_network(network, built)
     if plan is None:
         raise BackendError(f"TensorRT failed to build the engine: {logger.last_errors()}.")
     if config.timing_cache is not None:
+        # The config's cache (the one the build updated), as Polygraphy's save_timing_cache reads it.
         write_bytes_atomic(config.timing_cache, bytes(built.get_timing_cache().serialize()))
+    del cache  # kept referenced until here: TensorRT does not own the cache attached to the config
     return bytes(plan)
 
 
@@ -609,7 +632,7 @@ class _DeviceBuffer:
         self.nbytes = 0
 
     def reserve(self, nbytes: int) -> int:
-        if nbytes > self.nbytes:
+        if nbytes > self.nbytes or not self.ptr:
             self.free()
             self.ptr = int(_cuda_check(_cudart().cudaMalloc(max(nbytes, 1)), "cudaMalloc"))
             self.nbytes = nbytes
@@ -812,8 +835,6 @@ class TrtRunner(Runner):
         """
         if iterations < 1 or warmup < 0:
             raise ConfigError(f"iterations must be >= 1 and warmup >= 0, got {iterations} and {warmup}.")
-        from quantdbg.data import check_feed
-
         session, cudart = self._active(), _cudart()
         checked = check_feed(feed, self.input_specs())
         self._prepare(checked)

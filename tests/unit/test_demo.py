@@ -1,0 +1,85 @@
+"""The embedded digits CNN and the one-call demo."""
+from __future__ import annotations
+
+import math
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from quantdbg.demo import INPUT_NAME, OUTPUT_NAME, load_embedded, preprocess_digits, run_demo
+from quantdbg.errors import ConfigError, DataError
+from quantdbg.report import ReportBundle, load_result
+
+
+def test_preprocess_matches_a_plain_loop():
+    pixels = np.random.default_rng(0).integers(0, 17, (3, 8, 8)).astype(np.uint8)
+    got = preprocess_digits(pixels)
+    assert got.dtype == np.float32 and got.shape == (3, 1, 16, 16)
+    for n in range(3):
+        for i in range(16):
+            for j in range(16):
+                assert got[n, 0, i, j] == np.float32((pixels[n, i // 2, j // 2] / 16.0 - 0.5) / 0.5)
+
+
+def test_preprocess_rejects_other_shapes():
+    with pytest.raises(DataError, match=r"shape \[N,8,8\], got \(2, 64\)"):
+        preprocess_digits(np.zeros((2, 64)))
+
+
+def test_embedded_model_and_data_are_small_consistent_and_fresh():
+    emb = load_embedded()
+    folder = Path(str(resources.files("quantdbg").joinpath("_data")))
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 1_000_000
+    model = onnx.load(str(emb.model_path))
+    onnx.checker.check_model(model)
+    assert [i.name for i in model.graph.input] == [INPUT_NAME]
+    assert [o.name for o in model.graph.output] == [OUTPUT_NAME]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # dynamic batch
+    ops = {n.op_type for n in model.graph.node}
+    assert {"Conv", "Add", "MaxPool", "Gemm"} <= ops and "BatchNormalization" not in ops
+    assert emb.calib[INPUT_NAME].shape == (256, 1, 16, 16)
+    assert emb.eval_inputs[INPUT_NAME].shape == (540, 1, 16, 16) and emb.labels.shape == (540,)
+    assert set(np.unique(emb.labels)) == set(range(10))
+    assert not np.shares_memory(load_embedded().calib[INPUT_NAME], emb.calib[INPUT_NAME])
+    # calibration samples are training images: none equals a held-out evaluation image
+    calib = {x.tobytes() for x in emb.calib[INPUT_NAME]}
+    assert not any(x.tobytes() in calib for x in emb.eval_inputs[INPUT_NAME])
+
+
+def test_embedded_model_is_accurate():
+    import onnxruntime as ort
+
+    emb = load_embedded()
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(emb.model_path), opts, providers=["CPUExecutionProvider"])
+    logits = session.run(None, emb.eval_inputs)[0]
+    assert (logits.argmax(1) == emb.labels).mean() >= 0.97
+
+
+def test_run_demo_refuses_a_missing_folder(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist; create it first"):
+        run_demo(tmp_path / "nope")
+
+
+@pytest.mark.slow
+def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
+    result = run_demo(tmp_path, min_sqnr_db=40.0, threads=1)
+    fp32, int8, mixed = result.scores
+    assert (fp32.name, int8.name, mixed.name) == ("FP32", "INT8", "mixed")
+    assert math.isinf(fp32.sqnr_db) and mixed.sqnr_db >= 40.0 > int8.sqnr_db
+    assert int8.int8_layers == result.n_layers == mixed.int8_layers + len(result.fallback)
+    assert result.fallback and set(result.fallback) <= set(n for n, _ in result.culprits) | set(result.fallback)
+    assert abs(int8.top1 - fp32.top1) <= 0.005  # INT8 entropy within 0.5 points of FP32
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(result.files)
+    again = load_result(tmp_path / "report.json")
+    assert isinstance(again, ReportBundle) and again.summary.rows[2][1] == mixed.int8_layers
+    mixed_model = onnx.load(str(tmp_path / "digits_cnn_mixed.onnx"))
+    dq_consumers = {n.name for n in mixed_model.graph.node
+                    if any(i.endswith("") for i in n.input) and n.op_type in ("Conv", "Gemm")}
+    assert set(result.fallback) <= dq_consumers
+    text = result.summary_text()
+    assert all(name in text for name in result.fallback)
