@@ -22,6 +22,13 @@ _EXPORTS = {
     "ArrayData": "quantdbg.data", "load_npz": "quantdbg.data",
     # Q/DQ placement, insertion, removal; the one-call path; the ONNX Runtime backend
     "quantize": "quantdbg.api",
+    "calibrate": "quantdbg.calibrate", "CalibrationResult": "quantdbg.calibrate",
+    "collect_stats": "quantdbg.stats", "TensorStats": "quantdbg.stats",
+    "TensorRange": "quantdbg.calibrators.base", "register_calibrator": "quantdbg.calibrators",
+    "get_calibrator": "quantdbg.calibrators", "available_calibrators": "quantdbg.calibrators",
+    "write_trt_cache": "quantdbg.cache", "read_trt_cache": "quantdbg.cache",
+    "write_scales_json": "quantdbg.cache", "read_scales_json": "quantdbg.cache",
+    "lint": "quantdbg.lint", "LintReport": "quantdbg.lint",
     "QuantTarget": "quantdbg.qdq", "QdqPlan": "quantdbg.qdq", "QdqRecord": "quantdbg.qdq",
     "QuantizedModel": "quantdbg.qdq", "plan_qdq": "quantdbg.qdq", "insert_qdq": "quantdbg.qdq",
     "remove_qdq": "quantdbg.qdq", "records_from_model": "quantdbg.qdq",

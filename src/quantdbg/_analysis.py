@@ -291,6 +291,17 @@ def _qdq_nodes(qmodel: QuantizedModel, record: QdqRecord, source: str, amax: flo
     return nodes, inits, out
 
 
+def _local_weight(qmodel: QuantizedModel, record: QdqRecord, q_nodes: Mapping[str, onnx.NodeProto],
+                  names: _Names, inits: list[onnx.TensorProto]) -> str | None:
+    """Adds the record's fake-quantized weight as a constant; None when it is not constant."""
+    q = q_nodes.get(record.quantize_node) if record.quantize_node else None
+    values = _folded_weight(qmodel.model, record, q_nodes, q.input[0] if q is not None else "")
+    if values is None:
+        return None
+    inits.append(numpy_helper.from_array(values, names(f"{record.tensor}{LOCAL_SUFFIX}/fake_quantized")))
+    return inits[-1].name
+
+
 def _zero_point_dtype(qmodel: QuantizedModel, record: QdqRecord) -> np.dtype:
     dq = _nodes_by_name(qmodel.model).get(record.dequantize_node)
     if dq is not None and len(dq.input) > 2 and dq.input[2]:
@@ -348,6 +359,8 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
     inits: list[onnx.TensorProto] = []
     outputs: dict[tuple[int, int], tuple[str, ...]] = {}
     float_outputs = _float_tensors(model)
+    q_nodes = _nodes_by_name(qmodel.model)
+    folded: dict[tuple[str, int], str | None] = {}
     for index, variant in enumerate(variants):
         node = fp_nodes.get(variant.layer)
         if node is None:
@@ -363,6 +376,12 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
                 raise ModelError(f"Input {record.input_index} of node {variant.layer!r} in the FP32 model is "
                                  f"{source!r}, but the Q/DQ record says {record.tensor!r}; pass the FP32 "
                                  "original the Q/DQ model was made from.")
+            key = (record.node, record.input_index)
+            if record.kind == "weight" and key not in folded:
+                folded[key] = _local_weight(qmodel, record, q_nodes, names, inits)
+            if folded.get(key):  # weights: fake-quantized once, shared by every clone of the layer
+                clone.input[record.input_index] = folded[key]
+                continue
             amax = variant.activation_amax.get(record.input_index)
             qdq, consts, out = _qdq_nodes(qmodel, record, source, amax, names)
             added += qdq

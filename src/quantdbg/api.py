@@ -44,12 +44,12 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
         ConfigError: A calibrator name or setting is invalid.
         NotCalibratedError: A planned activation received no range.
     """
-    from quantdbg.calibrate import calibrate  # the heavy statistics stack loads on first use
+    from quantdbg.calibrate import calibrate_loaded  # the heavy statistics stack loads on first use
 
     fp_model = name_nodes(load_model(model))
     feeds = _as_feeds(data, fp_model, batch_size)
     plan = plan_qdq(fp_model, quant)
-    result = calibrate(fp_model, feeds, calib, quant, plan=plan, progress=progress)
+    result = calibrate_loaded(fp_model, feeds, plan, calib, progress=progress)
     return insert_qdq_loaded(fp_model, result, quant, plan=plan)
 
 

@@ -41,7 +41,8 @@ class CalibConfig:
             (e.g. ``{"Conv": "entropy"}``).
         per_tensor: Tensor-name glob -> calibrator (e.g. ``{"*/head/*": "percentile"}``); wins over
             ``per_op``; the first matching glob in insertion order applies.
-        num_bins: Histogram bins of |x| collected per tensor (histogram calibrators).
+        num_bins: Histogram resolution the calibrators work at (|x| is collected at 16x this
+            resolution and regrouped, so the bins stay useful whatever the range).
         max_batches: Stop after this many feeds (None: all).
     """
 
