@@ -186,32 +186,27 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     from quantdbg.api import quantize
     from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
     from quantdbg.doctor import DoctorConfig, diagnose
-    from quantdbg.fallback import FallbackTarget, search_fallback
+    from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
     from quantdbg.metrics import compare_arrays
-    from quantdbg.qdq import remove_qdq
-    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
 
     start = time.perf_counter()
     folder = _out_folder(out_dir)
     emb = load_embedded()
     qmodel = quantize(emb.model_path, emb.calib, progress=progress)
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=threads))
-    ranking = analyze_sensitivity(emb.model_path, qmodel, emb.eval_inputs, mode="isolated",
-                                  runner_factory=factory, progress=progress)
-    with VariantEvaluator(emb.model_path, qmodel, emb.eval_inputs, "sqnr", factory) as evaluator:
-        layers = evaluator.layers
-        plan = search_fallback(
-            ranking, lambda nodes: evaluator.run([n for n in layers if n not in nodes]).value,
-            FallbackTarget.min_sqnr(min_sqnr_db),
-            verify=lambda nodes: evaluator.run_model(remove_qdq(qmodel, nodes).model).value)
-    mixed = remove_qdq(qmodel, plan.nodes)
+    # Isolated ranking: on 8 layers it costs 9 passes and ranks by the very metric of the target.
+    found = auto_fallback(emb.model_path, qmodel, emb.eval_inputs, FallbackTarget.min_sqnr(min_sqnr_db),
+                          config=FallbackConfig(mode="isolated"), runner_factory=factory, progress=progress)
+    plan, ranking = found.plan, found.report
+    mixed = found.mixed if found.mixed is not None else qmodel
     doctor = diagnose(emb.model_path, emb.calib, emb.eval_inputs, DoctorConfig(threads=threads),
                       progress=progress)
-    scores = _scores(emb, qmodel.model, mixed.model, len(layers), len(plan.nodes), threads, compare_arrays)
+    n_layers = len(qmodel.layers)
+    scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.fallback), threads, compare_arrays)
     bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
     files = _write(folder, bundle, qmodel, mixed, plan)
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
-    return DemoResult(scores, len(layers), culprits, plan.nodes, bundle, files,
+    return DemoResult(scores, n_layers, culprits, tuple(mixed.fallback), bundle, files,
                       round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
 
 

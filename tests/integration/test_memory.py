@@ -73,7 +73,9 @@ def test_peak_rss_does_not_grow_with_sample_count(tmp_path):
     assert (small["n_samples"], large["n_samples"]) == (32, 512)
     assert small["tensors"] == large["tensors"] == ["r1", "x"]
     retained_kib = (512 - 32) * BYTES_PER_SAMPLE / 1024
-    assert retained_kib > 0.5 * small["peak_kib"]  # keeping activations would fail the bound 5x over
+    # Keeping the activations would add >= 30% of the baseline peak: 3x the 10% bound, so the
+    # bound below can fail. (The baseline holds the interpreter, onnxruntime and numba.)
+    assert retained_kib > 0.3 * small["peak_kib"]
     growth = large["peak_kib"] / small["peak_kib"] - 1
     print(f"peak RSS: N=32 {small['peak_kib'] / 1024:.0f} MiB, N=512 {large['peak_kib'] / 1024:.0f} MiB "
           f"({growth:+.1%})")

@@ -1,0 +1,148 @@
+"""The automatic FP16 fallback flow on the zoo models, with every written model re-scored independently.
+
+For each model: quantize, rank the layers (``local`` by default; ``isolated`` / ``leave-one-out``
+rankings are reused from ``benchmarks/sensitivity.py``'s work folder when present), run
+:func:`quantdbg.fallback.auto_fallback` (gallop + bisection + greedy pruning; the budget is
+``2*log2(L)+2`` full evaluations plus one verification on the real FP16 model), write the mixed
+model, and re-score it with the model builder's own ``--eval`` (../shared/models) in a separate
+process. The baseline of the issue, top-k of the isolated ranking, is run too (``linear``).
+
+    python benchmarks/fallback.py                          # all models, RESULTS.md section
+    python benchmarks/fallback.py --models minilm_l6_v2_text --rankings local isolated
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _zoo_tasks import ZOO, load_task, minilm_gate, silero_auc, write_section  # noqa: E402
+from sensitivity import ONE_THREAD, quantized  # noqa: E402
+
+from quantdbg.config import Precision  # noqa: E402
+from quantdbg.evaluate import Accuracy, OutputFunction  # noqa: E402
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.qdq import records_from_model  # noqa: E402
+from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity  # noqa: E402
+
+BUILDERS = Path("/work/shared/models")
+MODELS = ("minilm_l6_v2_text", "digits_cnn", "silero_vad_16k")
+
+
+def task_metric(name: str, labels: np.ndarray | None):
+    """(task metric, target) per model."""
+    if name == "minilm_l6_v2_text":
+        # >= 0 exactly when embedding cosine >= 0.99 AND recall@1 >= 0.330 (the issue's target).
+        return OutputFunction(minilm_gate, "min(cos-0.99, (R@1-0.330)/10)"), FallbackTarget.min_metric(0.0)
+    if name == "digits_cnn":
+        return Accuracy(labels), FallbackTarget.max_relative_loss(0.0)  # no accuracy loss vs FP32
+    return (OutputFunction(lambda out, ref: silero_auc(out, labels), "roc_auc"),
+            FallbackTarget.max_relative_loss(0.1))  # AUC within 0.1 % of FP32
+
+
+def builder_eval(name: str, model: Path) -> dict:
+    """The model builder's own score of ``model`` (separate process)."""
+    builder = {"minilm_l6_v2_text": "minilm_l6_v2_text.py", "digits_cnn": "digits_cnn_train.py",
+               "silero_vad_16k": "silero_vad_speech.py"}[name]
+    done = subprocess.run([sys.executable, str(BUILDERS / builder), "--eval", str(model)], capture_output=True,
+                          text=True, check=True)
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1].replace("np.float64(", "(").replace("nan", "None"))
+
+
+def ranking(name: str, mode: str, task, qmodel, work: Path) -> SensitivityReport:
+    """A ranking: reused from the sensitivity benchmark's work folder when it finished there."""
+    for candidate in (work / f"{name}_{mode}.json", work / f"{name}_{mode}_evidence.json"):
+        if candidate.exists():
+            data = json.loads(candidate.read_text())
+            if data.get("format") == "quantdbg.sensitivity/1":
+                return SensitivityReport.from_dict(data)
+    metric = task_metric(name, task.labels)[0] if mode in ("isolated", "leave-one-out") else "sqnr"
+    return analyze_sensitivity(task.model, qmodel, task.eval, mode=mode, metric=metric, runner_factory=ONE_THREAD,
+                               results_path=work / f"{name}_{mode}.json", evidence=False)
+
+
+def run_flow(name: str, mode: str, strategy: str, work: Path, fp32_model: Path | None = None,
+             qdq_model: Path | None = None) -> dict:
+    """One automatic flow; returns its numbers (search and independent re-score)."""
+    task = load_task(name, work)
+    if qdq_model is not None:
+        qmodel = records_from_model(qdq_model)
+        model = fp32_model or task.model
+        tag = "modelopt"
+    else:
+        qmodel, model, tag = quantized(task, work), task.model, "quantdbg"
+    metric, target = task_metric(name, task.labels)
+    start = time.perf_counter()
+    report = ranking(f"{name}_{tag}" if tag != "quantdbg" else name, mode, task, qmodel, work)
+    rank_s = time.perf_counter() - start
+    start = time.perf_counter()
+    budget = None if strategy == "bisect" else len(qmodel.layers)
+    result = auto_fallback(model, qmodel, task.eval, target, metric=metric, report=report,
+                           config=FallbackConfig(mode=mode, strategy=strategy, precision=Precision.FP16,
+                                                 max_evaluations=budget), runner_factory=ONE_THREAD)
+    search_s = time.perf_counter() - start
+    plan = result.plan
+    row = {"model": name, "quantizer": tag, "ranking": mode, "strategy": strategy, "status": plan.status,
+           "layers": len(qmodel.layers), "nodes": list(plan.nodes), "n_fp16": len(plan.nodes),
+           "evaluations": plan.n_evaluations, "budget": plan.budget, "verified_value": plan.value,
+           "baseline_value": report.baseline_value, "rank_s": round(rank_s, 1) if report.seconds else None,
+           "search_s": round(search_s, 1), "curve": [(len(e.nodes), e.value, e.purpose) for e in plan.evaluations]}
+    if result.mixed is not None:
+        path = work / f"{name}_{tag}_{mode}_{strategy}_mixed.onnx"
+        result.mixed.save(path)
+        plan.write(path.with_suffix(".plan.json"))
+        row["builder_eval"] = builder_eval(name, path)
+    logging.info("%s", json.dumps({k: v for k, v in row.items() if k != "curve"}))
+    return row
+
+
+def int8_rows(names: list[str], work: Path) -> list[dict]:
+    """FP32 and all-INT8 scores from the builders, for the table."""
+    rows = []
+    for name in names:
+        task = load_task(name, work)
+        quantized(task, work)
+        rows.append({"model": name, "fp32": json.loads((ZOO / name / "metrics_fp32.json").read_text()),
+                     "int8": builder_eval(name, work / f"{name}_int8.onnx")})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--rankings", nargs="+", default=["local"], help="Ranking modes to search with.")
+    parser.add_argument("--baseline", action="store_true", help="Also top-k (linear) over the isolated ranking.")
+    parser.add_argument("--modelopt", action="store_true", help="Also the ModelOpt-quantized MiniLM.")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/qdbg_sensitivity"))
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.models:
+        for mode in args.rankings:
+            rows.append(run_flow(name, mode, "bisect", args.work))
+        if args.baseline:
+            rows.append(run_flow(name, "isolated", "linear", args.work))
+    if args.modelopt:
+        qdq = ZOO / "minilm_l6_v2_text" / "modelopt_int8.onnx"
+        rows.append(run_flow("minilm_l6_v2_text", "local", "bisect", args.work, qdq_model=qdq))
+    out = args.work / "fallback_rows.json"
+    old = json.loads(out.read_text()) if out.exists() else []
+    keep = [r for r in old if (r["model"], r["quantizer"], r["ranking"], r["strategy"]) not in
+            {(r["model"], r["quantizer"], r["ranking"], r["strategy"]) for r in rows}]
+    out.write_text(json.dumps(keep + rows, indent=2, default=float))
+    print(json.dumps(rows, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()
