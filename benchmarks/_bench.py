@@ -165,7 +165,9 @@ def _classify(code: int | None, timed_out: bool, text: str, result: dict) -> tup
     tail = lines[-1] if lines else f"exit status {code}"
     if any(m in text for m in OOM_MARKERS) or code == -9:
         hit = next((ln for ln in reversed(lines) if any(m in ln for m in OOM_MARKERS)), tail)
-        return "oom", hit[:300]
+        at = min((hit.find(m) for m in OOM_MARKERS if m in hit), default=0)
+        # keep the start (which op, which library) and the allocation failure itself
+        return "oom", hit[:120] + (" ... " + hit[max(at - 40, 120):at + 160] if at > 120 else "")
     err = next((ln for ln in reversed(lines) if "Error" in ln or "error" in ln), tail)
     return "error", err[:300]
 

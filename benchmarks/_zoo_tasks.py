@@ -61,6 +61,14 @@ def silero_auc(outputs: Mapping[str, np.ndarray], labels: np.ndarray) -> float:
     return float((r[y].sum() - npos * (npos + 1) / 2) / (npos * (len(y) - npos)))
 
 
+def silero_f1(outputs: Mapping[str, np.ndarray], labels: np.ndarray) -> float:
+    """Frame F1 of the speech decision at probability 0.5 (the builder's ``f1_at_0.5``)."""
+    pred = np.asarray(outputs[next(iter(outputs))]).reshape(-1) >= 0.5
+    y = labels.reshape(-1).astype(bool)
+    tp, fp, fn = (pred & y).sum(), (pred & ~y).sum(), (~pred & y).sum()
+    return float(2 * tp / max(2 * tp + fp + fn, 1))
+
+
 def _silero_frames(audio: np.ndarray) -> np.ndarray:
     t = len(audio) // SILERO_FRAME
     frames = audio[: t * SILERO_FRAME].reshape(t, SILERO_FRAME)
@@ -130,8 +138,9 @@ def _main(argv: list[str]) -> None:
     def run(path: str) -> dict[str, np.ndarray]:
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
+        n = len(next(iter(task.eval.values()))) if isinstance(task.eval, dict) else 0
         feeds = task.eval if isinstance(task.eval, list) else [
-            {k: v[i:i + 32] for k, v in task.eval.items()} for i in range(0, len(next(iter(task.eval.values()))), 32)]
+            {k: v[i:i + 32] for k, v in task.eval.items()} for i in range(0, n, 32)]
         outs = [dict(zip(names, session.run(None, feed), strict=True)) for feed in feeds]
         return {k: np.concatenate([o[k] for o in outs]) for k in names}
 

@@ -261,10 +261,13 @@ def _cell(rec: dict | None, floor: dict | None) -> str:
     return f"{wall:.2f}x / {cpu:.2f}x ({rec['peak_rss_mib']:.0f} MiB)"
 
 
-def _header(results: dict, command: str) -> list[str]:
+def _header(results: dict) -> list[str]:
     m, peers, ours = results["machine"], results["versions"]["peers"], results["versions"]["qdbg"]
+    cmds = results["commands"]
     return [
-        f"Command (repo root, {results['date']}, commit {results['commit']}):", "", "```", command, "```", "",
+        f"Command{'s' if len(cmds) > 1 else ''} (repo root; a later command's runs replace the earlier "
+        "ones for the same model, N and configuration):", "", "```",
+        *[f"# {c['date']}, commit {c['commit']}\n{c['command']}" for c in cmds], "```", "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['os']}; shared with other work "
         f"(1-min load average {m['loadavg'][0]:.1f} at the start, {results['load_end']:.1f} at the end; "
         "per run in the JSON).",
@@ -281,14 +284,14 @@ def _header(results: dict, command: str) -> list[str]:
         "that load from other work on the machine does not inflate.", ""]
 
 
-def markdown(results: dict, command: str) -> str:
+def markdown(results: dict) -> str:
     """The "Calibration cost" section: setting, ratio-to-floor tables, failures."""
     runs = results["runs"]
     index = {(r["model"], r["n"], r["config"]): r for r in runs}
     models = list(dict.fromkeys(r["model"] for r in runs))
     ns = sorted({r["n"] for r in runs})
     configs = list(dict.fromkeys(r["config"] for r in runs))
-    out = _header(results, command)
+    out = _header(results)
     for name in models:
         out += [f"### {name}", "", "| configuration | " + " | ".join(f"N={n}" for n in ns) + " |",
                 "|---|" + "---|" * len(ns)]
@@ -365,6 +368,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
     ap.add_argument("--json", help="raw results (default benchmarks/calibration_results.json)")
     ap.add_argument("--md", help="RESULTS.md to update (default benchmarks/RESULTS.md)")
+    ap.add_argument("--merge", help="a previous --json: keep its runs except those measured now")
+    ap.add_argument("--render", help="only re-render --md from this --json (no measurement)")
     ap.add_argument("--logs", default=str(Path(tempfile.gettempdir()) / "qdbg_calbench_logs"))
     ap.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
     ap.add_argument("--versions", action="store_true", help=argparse.SUPPRESS)
@@ -380,6 +385,32 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def _merged(a: argparse.Namespace, results: dict) -> dict:
+    """``results`` on top of the runs of ``--merge``: a re-measured (model, N, config) replaces the old."""
+    prev = json.loads(Path(a.merge).read_text())
+    fresh = {(r["model"], r["n"], r["config"]) for r in results["runs"]}
+    kept = [r for r in prev["runs"] if (r["model"], r["n"], r["config"]) not in fresh]
+    commands = _commands(prev) + results["commands"]
+    return {**results, "runs": kept + results["runs"], "commands": commands, "machine": prev["machine"]}
+
+
+def _commands(results: dict) -> list[dict]:
+    """The commands behind a results file (files from before commands were recorded: the default run)."""
+    if "commands" in results:
+        return results["commands"]
+    default = f"QDBG_PEERS_PYTHON={_bench.PEERS_PYTHON} {_bench.QDBG_PYTHON} benchmarks/calibration.py"
+    return [{"command": default, "date": results.get("date", "?"), "commit": results.get("commit", "?")}]
+
+
+def _reclassify(results: dict) -> dict:
+    """Re-reads the logs of failed runs (when still there) so the report quotes the real cause."""
+    for r in results["runs"]:
+        if r["status"] not in ("ok", "timeout") and Path(r.get("log", "")).is_file():
+            text = Path(r["log"]).read_text(errors="replace")
+            r["status"], r["error"] = _bench._classify(1, False, text, {})
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     if a.versions:
@@ -388,18 +419,25 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         child(a.child, a.model_path, a.data_path, a.batch_size, a.result)
         return 0
-    missing = [m for m in a.models if not _bench.MODELS[m].onnx.exists()]
-    if missing:
-        print(f"zoo models missing under {_bench.ZOO}: {missing}; build them first (benchmarks/README.md)",
-              file=sys.stderr)
-        return 2
-    started = {"date": time.strftime("%Y-%m-%d"), "commit": _bench.git_commit(), "machine": _bench.machine(),
-               "batch_size": a.batch_size, "mem_gib": a.mem_gib, "timeout": a.timeout}
-    results = {**started, **measure(a)}
-    results["load_end"] = _bench.os.getloadavg()[0]
-    command = (f"QDBG_PEERS_PYTHON={_bench.PEERS_PYTHON} {sys.executable} benchmarks/calibration.py "
-               + " ".join(sys.argv[1:]))
-    text = markdown(results, command.strip())
+    if a.render:
+        results = _reclassify(json.loads(Path(a.render).read_text()))
+        results["commands"] = _commands(results)
+    else:
+        missing = [m for m in a.models if not _bench.MODELS[m].onnx.exists()]
+        if missing:
+            print(f"zoo models missing under {_bench.ZOO}: {missing}; build them first "
+                  "(benchmarks/README.md)", file=sys.stderr)
+            return 2
+        command = (f"QDBG_PEERS_PYTHON={_bench.PEERS_PYTHON} {sys.executable} benchmarks/calibration.py "
+                   + " ".join(sys.argv[1:])).strip()
+        results = {"commands": [{"command": command, "date": time.strftime("%Y-%m-%d"),
+                                 "commit": _bench.git_commit()}], "machine": _bench.machine(),
+                   "batch_size": a.batch_size, "mem_gib": a.mem_gib, "timeout": a.timeout}
+        results.update(measure(a))
+        results["load_end"] = _bench.os.getloadavg()[0]
+        if a.merge:
+            results = _merged(a, results)
+    text = markdown(results)
     print(text)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1) + "\n")

@@ -49,7 +49,8 @@ def quantized(task: ZooTask, work: Path) -> QuantizedModel:
     calib, quant, _ = SETTINGS[task.name]
     path, records = work / f"{task.name}_int8.onnx", work / f"{task.name}_int8.records.json"
     if path.exists() and records.exists():
-        return QuantizedModel.from_dict(json.loads(records.read_text()), load_model(path, allow_quantized=True))
+        model = load_model(path, allow_quantized=True)
+        return QuantizedModel.from_dict(json.loads(records.read_text()), model)
     qmodel = quantize(task.model, task.calib, calib, quant)
     qmodel.save(path)
     records.write_text(json.dumps(qmodel.to_dict()))
@@ -124,7 +125,8 @@ def markdown(rows: list[dict], command: str) -> str:
              "| model | layers | FP32 pass (s) | " + " | ".join(modes) + " | local + evidence |",
              "|---|---|---|" + "---|" * len(modes) + "---|"]
     for r in rows:
-        cells = [f"{r['modes'][m]['x_fp32']}x ({r['modes'][m]['seconds']} s)" if m in r["modes"] else "-" for m in modes]
+        cells = [f"{r['modes'][m]['x_fp32']}x ({r['modes'][m]['seconds']} s)" if m in r["modes"] else "-"
+                 for m in modes]
         lines.append(f"| {r['model']} | {r['layers']} | {r['fp32_pass_s']} | " + " | ".join(cells)
                      + f" | {r.get('local_with_evidence_x_fp32', '-')}x |")
     lines += ["", "Rank fidelity (Spearman correlation of the per-layer scores, scipy.stats.spearmanr):", ""]
@@ -132,8 +134,8 @@ def markdown(rows: list[dict], command: str) -> str:
         if "spearman_local_isolated" not in r:
             continue
         lines += [f"- **{r['model']}**: local vs isolated rho = {r['spearman_local_isolated']}"
-                  + (f"; leave-one-out vs isolated rho = {r['spearman_loo_isolated']}" if "spearman_loo_isolated" in r
-                     else ""),
+                  + (f"; leave-one-out vs isolated rho = {r['spearman_loo_isolated']}"
+                     if "spearman_loo_isolated" in r else ""),
                   f"  - local top-5: {', '.join(f'`{n}`' for n in r['modes']['local']['top5'])}",
                   f"  - isolated top-5: {', '.join(f'`{n}`' for n in r['modes']['isolated']['top5'])}"]
     return "\n".join(lines) + "\n"

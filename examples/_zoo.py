@@ -45,6 +45,5 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     cells = [[f"{v:.4f}" if isinstance(v, float) else str(v) for v in row] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print(title)
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-    for row in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    for row in [list(columns), *cells]:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())

@@ -48,15 +48,15 @@ def top1(model: object, inputs: dict, labels: np.ndarray, threads: int) -> float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--zoo", action="store_true", help="Use the zoo's digits CNN instead of the embedded one.")
+    parser.add_argument("--zoo", action="store_true", help="Use the zoo's digits CNN, not the embedded one.")
     parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (0: all cores).")
     args = parser.parse_args()
 
     model, calib, evals, labels, what = load(args.zoo)
     naive = quantize(model, calib, CalibConfig(method="minmax"))
     auto_int8 = quantize(model, calib, CalibConfig(method="entropy"))
-    found = auto_fallback(model, auto_int8, evals, FallbackTarget.max_relative_loss(0.0), metric=Accuracy(labels),
-                          config=FallbackConfig(mode="local"),
+    found = auto_fallback(model, auto_int8, evals, FallbackTarget.max_relative_loss(0.0),
+                          metric=Accuracy(labels), config=FallbackConfig(mode="local"),
                           runner_factory=OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=args.threads)))
     mixed = found.mixed if found.mixed is not None else auto_int8
     n = len(naive.layers)
@@ -69,7 +69,8 @@ def main() -> int:
             naive.save(Path(tmp) / "naive.onnx")
             mixed.save(Path(tmp) / "auto.onnx")
             paths = [Path(str(model)), Path(tmp) / "naive.onnx", Path(tmp) / "auto.onnx"]
-            rows = [(*row, builder_eval("digits_cnn_train.py", p)["top1"]) for row, p in zip(rows, paths, strict=True)]
+            scored = [builder_eval("digits_cnn_train.py", p)["top1"] for p in paths]
+            rows = [(*row, score) for row, score in zip(rows, scored, strict=True)]
         columns.append("top-1 (builder --eval)")
     print_table(f"{what}: top-1 on {len(labels)} held-out digits", columns, rows)
     print(f"fallback: {found.plan.message}")

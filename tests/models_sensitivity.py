@@ -27,8 +27,8 @@ def mlp4(seed: int = 0, width: int = 16) -> onnx.ModelProto:
     nodes, current = [], x
     for i in range(4):
         out = gs.Variable(f"mm{i}", np.float32)
-        nodes.append(gs.Node("MatMul", f"fc{i}", inputs=[current, _const(f"fc{i}.w", (width, width), rng, 0.4)],
-                             outputs=[out]))
+        weight = _const(f"fc{i}.w", (width, width), rng, 0.4)
+        nodes.append(gs.Node("MatMul", f"fc{i}", inputs=[current, weight], outputs=[out]))
         current = out
         if i < 3:
             act = gs.Variable(f"act{i}", np.float32)

@@ -33,6 +33,11 @@ _EXPORTS = {
     "QuantizedModel": "quantdbg.qdq", "plan_qdq": "quantdbg.qdq", "insert_qdq": "quantdbg.qdq",
     "remove_qdq": "quantdbg.qdq", "records_from_model": "quantdbg.qdq",
     "OnnxrtRunner": "quantdbg.backends.onnxrt", "OrtConfig": "quantdbg.backends.onnxrt",
+    # sensitivity analysis and fallback search
+    "analyze_sensitivity": "quantdbg.sensitivity", "SensitivityReport": "quantdbg.sensitivity",
+    "search_fallback": "quantdbg.fallback", "auto_fallback": "quantdbg.fallback",
+    "FallbackTarget": "quantdbg.fallback", "FallbackPlan": "quantdbg.fallback",
+    "FallbackConfig": "quantdbg.fallback", "write_mixed_model": "quantdbg.fallback",
 }
 
 

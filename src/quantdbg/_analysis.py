@@ -1,7 +1,7 @@
 """Graphs built for sensitivity analysis, so each sweep runs in one ONNX Runtime session.
 
-* :func:`switch_graph`: the Q/DQ model with every recorded pair wrapped as
-  ``Where(enable_<layer>, DQ(Q(x)), x)``; a boolean graph input per layer turns its pairs on or
+* :func:`switch_graph`: the Q/DQ model with every recorded pair behind
+  ``If(enable_<layer>, DQ(Q(x)), x)``; a boolean graph input per layer turns its pairs on or
   off, so every isolated / leave-one-out / fallback variant is only a different feed.
 * :func:`local_graph`: the FP32 model plus, per layer (and per candidate range), a clone of the
   layer reading Q/DQ copies of its FP32 inputs; in-graph reductions return the clone's output
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -25,9 +26,9 @@ from quantdbg.qdq import QdqRecord, QuantizedModel
 
 ENABLE_PREFIX = "quantdbg_enable/"
 LOCAL_SUFFIX = "/quantdbg_local"
-REDUCTIONS = ("signal", "noise", "test", "max_abs", "count")
-"""The per-output scalars a local clone reports: sum r^2, sum (t-r)^2, sum t^2, max|t-r| (float32)
-and the element count (int64)."""
+REDUCTIONS = ("signal", "noise", "test", "max", "min", "count")
+"""The scalars reported per compared tensor: sum r^2, sum (t-r)^2, sum t^2, max (t-r), min (t-r)
+(float32) and the element count (int64)."""
 
 
 class _Names:
@@ -191,8 +192,41 @@ def _prune_dead(model: onnx.ModelProto) -> None:
     model.graph.initializer.extend(inits)
 
 
+def _branch(name: str, nodes: list[onnx.NodeProto], output: str, elem_type: int) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(output, elem_type, None)])
+
+
+def _switch_node(record: QdqRecord, switch: str, source: str, quantized: onnx.NodeProto | str,
+                 q_node: onnx.NodeProto | None, out: str, names: _Names, elem_type: int) -> onnx.NodeProto:
+    """``If(switch)``: the quantized value (a folded constant, or Q/DQ computed only when on), else
+    the FP32 source. Unlike ``Where`` the off branch never runs Q/DQ and a branch costs one copy."""
+    base = f"{record.node}/input{record.input_index}/switch"
+    on_out, off_out = names(f"{base}/on"), names(f"{base}/off")
+    if isinstance(quantized, str):  # folded weight
+        on_nodes = [helper.make_node("Identity", [quantized], [on_out], name=names(f"{base}/OnIdentity"))]
+    else:
+        dq = onnx.NodeProto()
+        dq.CopyFrom(quantized)
+        dq.name, dq.output[0] = names(f"{base}/DequantizeLinear"), on_out
+        on_nodes = [dq]
+        if q_node is not None:
+            q = onnx.NodeProto()
+            q.CopyFrom(q_node)
+            q.name, q.output[0] = names(f"{base}/QuantizeLinear"), names(f"{base}/quantized")
+            q.input[0] = source
+            dq.input[0] = q.output[0]
+            on_nodes.insert(0, q)
+    off = [helper.make_node("Identity", [source], [off_out], name=names(f"{base}/OffIdentity"))]
+    return helper.make_node("If", [switch], [out], name=names(f"{record.node}/switch"),
+                            then_branch=_branch(f"{base}/then", on_nodes, on_out, elem_type),
+                            else_branch=_branch(f"{base}/else", off, off_out, elem_type))
+
+
 def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGraph:
-    """Wraps every recorded pair as ``Where(switch, DQ(Q(x)), x)`` with a switch per layer.
+    """Puts every recorded pair behind a per-layer boolean switch: ``If(switch, DQ(Q(x)), x)``.
+
+    Weights are fake-quantized once here (``DQ(Q(w))`` computed as ONNX defines it) instead of
+    at every run.
 
     Args:
         qmodel: The Q/DQ model and its records.
@@ -208,24 +242,27 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
     model = _copy(qmodel.model)
     names = _Names(model)
     nodes = _nodes_by_name(model)
+    types = float_value_types(model)
     switches = {layer: names(f"{ENABLE_PREFIX}{layer}") for layer in qmodel.layers}
     added: list[onnx.TensorProto] = []
-    wheres: dict[str, list[onnx.NodeProto]] = {}
+    ifs: dict[str, list[onnx.NodeProto]] = {}
     for record in qmodel.records:
         dq_out = _dq_output(record, nodes)
         source = _fp_source(qmodel, fp_model, record, nodes, names, added)
-        quantized = dq_out
+        quantized: onnx.NodeProto | str = nodes[record.dequantize_node]
         folded = _folded_weight(model, record, nodes, source) if record.kind == "weight" else None
-        if folded is not None:  # weights: fake-quantize once here instead of at every run
+        if folded is not None:
             added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
             quantized = added[-1].name
+        q_node = nodes.get(record.quantize_node) if record.quantize_node else None
         out = names(f"{dq_out}/switched")
-        wheres.setdefault(record.node, []).append(helper.make_node(
-            "Where", [switches[record.node], quantized, source], [out], name=names(f"{record.node}/switch")))
+        ifs.setdefault(record.node, []).append(_switch_node(
+            record, switches[record.node], source, quantized, q_node, out, names,
+            types.get(dq_out, TensorProto.FLOAT)))
         nodes[record.node].input[record.input_index] = out
-    ordered = []
+    ordered: list[onnx.NodeProto] = []
     for node in model.graph.node:
-        ordered.extend(wheres.get(node.name, ()))  # just before their consumer: still topological
+        ordered.extend(ifs.get(node.name, ()))  # just before their consumer: still topological
         ordered.append(node)
     del model.graph.node[:]
     model.graph.node.extend(ordered)
@@ -280,7 +317,7 @@ def _qdq_nodes(qmodel: QuantizedModel, record: QdqRecord, source: str, amax: flo
     else:
         scale = np.asarray(max(amax, 1e-30) / 127.0, np.float32)
         zero = np.zeros((), np.int8)
-    attrs = {} if record.axis is None or amax is not None else {"axis": record.axis}
+    attrs: dict[str, Any] = {} if record.axis is None or amax is not None else {"axis": record.axis}
     inits = [numpy_helper.from_array(scale, names(f"{base}/scale")),
              numpy_helper.from_array(zero, names(f"{base}/zero_point"))]
     quantized, out = names(f"{base}/quantized"), names(f"{base}/dequantized")
@@ -315,20 +352,21 @@ def _reductions(ref: str, test: str, names: _Names,
                 base: str) -> tuple[list[onnx.NodeProto], tuple[str, ...]]:
     """The :data:`REDUCTIONS` of a test tensor against its reference.
 
-    Sums run in float32 inside the graph (a cast of every layer output to float64 would cost
+    Sums run in float32 inside the graph (casting every compared tensor to float64 would cost
     more than the layer itself) and are accumulated across batches in float64 by the caller;
-    ``sum r*t`` is recovered as ``(sum r^2 + sum t^2 - sum (t-r)^2) / 2`` there, saving a pass.
+    ``sum r*t`` is recovered there as ``(sum r^2 + sum t^2 - sum (t-r)^2) / 2`` and max |t-r| from
+    the max and min of ``t-r``, which saves two full passes over each tensor.
     """
-    diff, absd = names(f"{base}/diff"), names(f"{base}/absdiff")
+    diff = names(f"{base}/diff")
     outs = tuple(names(f"{base}/{s}") for s in REDUCTIONS)
     nodes = [
         helper.make_node("Sub", [test, ref], [diff], name=names(f"{base}/Sub")),
-        helper.make_node("Abs", [diff], [absd], name=names(f"{base}/Abs")),
         helper.make_node("ReduceSumSquare", [ref], [outs[0]], keepdims=0, name=names(f"{base}/Signal")),
         helper.make_node("ReduceSumSquare", [diff], [outs[1]], keepdims=0, name=names(f"{base}/Noise")),
         helper.make_node("ReduceSumSquare", [test], [outs[2]], keepdims=0, name=names(f"{base}/Test")),
-        helper.make_node("ReduceMax", [absd], [outs[3]], keepdims=0, name=names(f"{base}/MaxAbs")),
-        helper.make_node("Size", [ref], [outs[4]], name=names(f"{base}/Count")),
+        helper.make_node("ReduceMax", [diff], [outs[3]], keepdims=0, name=names(f"{base}/Max")),
+        helper.make_node("ReduceMin", [diff], [outs[4]], keepdims=0, name=names(f"{base}/Min")),
+        helper.make_node("Size", [ref], [outs[5]], name=names(f"{base}/Count")),
     ]
     return nodes, outs
 

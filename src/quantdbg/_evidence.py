@@ -175,7 +175,8 @@ def calibrator_variants(qmodel: QuantizedModel, layers: Sequence[str],
             continue
         methods = set.intersection(*(set(ranges[r.tensor]) for r in acts))
         for method in sorted(methods):
-            variants.append(LocalVariant(layer, method, {r.input_index: ranges[r.tensor][method] for r in acts}))
+            amax = {r.input_index: ranges[r.tensor][method] for r in acts}
+            variants.append(LocalVariant(layer, method, amax))
     return variants
 
 

@@ -11,7 +11,6 @@ Two kinds exist, and the analysis treats them differently because of cost:
 """
 from __future__ import annotations
 
-import abc
 import math
 import os
 import shlex
@@ -34,7 +33,7 @@ Outputs = Mapping[str, np.ndarray]
 MODEL_PLACEHOLDER = "{model}"
 
 
-class TaskMetric(abc.ABC):
+class TaskMetric:
     """A scalar quality measure of a model variant.
 
     Attributes:
@@ -274,9 +273,11 @@ class CommandMetric(TaskMetric):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
                                   cwd=self.cwd, check=False)
         except FileNotFoundError as err:
-            raise BackendError(f"Evaluation command {self.command!r}: program {argv[0]!r} not found.") from err
+            raise BackendError(f"Evaluation command {self.command!r}: program {argv[0]!r} "
+                               "not found.") from err
         except subprocess.TimeoutExpired as err:
-            raise BackendError(f"Evaluation command {self.command!r} timed out after {self.timeout} s.") from err
+            raise BackendError(f"Evaluation command {self.command!r} timed out after "
+                               f"{self.timeout} s.") from err
         if done.returncode != 0:
             tail = _last_line(done.stderr) or _last_line(done.stdout) or "no output"
             raise BackendError(f"Evaluation command {self.command!r} exited with status {done.returncode}: "
@@ -312,7 +313,8 @@ def parse_metric_line(stdout: str, command: str) -> float:
         raise BackendError(f"Evaluation command {command!r}: last printed line {line[:80]!r} is not a "
                            "number; print the task metric alone on the last line.") from None
     if not math.isfinite(value):
-        raise BackendError(f"Evaluation command {command!r} printed {line!r}; the task metric must be finite.")
+        raise BackendError(f"Evaluation command {command!r} printed {line!r}; the task metric "
+                           "must be finite.")
     return value
 
 

@@ -14,18 +14,25 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+import numpy as np
+
 from quantdbg._io import write_json_atomic
 from quantdbg.config import Precision
-from quantdbg.errors import ConfigError
-from quantdbg.metrics import float_from_json, float_to_json
+from quantdbg.errors import ConfigError, QuantDbgError
+from quantdbg.metrics import float_to_json, json_float
 
 if TYPE_CHECKING:
+    from quantdbg.backends.base import RunnerFactory
+    from quantdbg.data import DataSource
+    from quantdbg.evaluate import TaskMetric
+    from quantdbg.metrics import MetricName
+    from quantdbg.model import ModelSource
     from quantdbg.qdq import QuantizedModel
-    from quantdbg.sensitivity import SensitivityReport
+    from quantdbg.sensitivity import Mode, SensitivityReport
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +175,7 @@ class FallbackEvaluation:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FallbackEvaluation:
         """Inverse of :meth:`to_dict`."""
-        return cls(tuple(data["nodes"]), float(float_from_json(data["value"])), bool(data["met"]),
+        return cls(tuple(data["nodes"]), json_float(data["value"]), bool(data["met"]),
                    data["purpose"])
 
 
@@ -205,7 +212,8 @@ class TensorRTSettings:
         weak = TensorRTSettings(False, self.builder_flags, self.layer_precisions)
         return {"strongly_typed": self.strongly_typed, "builder_flags": list(self.builder_flags),
                 "layer_precisions": dict(self.layer_precisions),
-                "trtexec": " ".join(self.trtexec_args()), "trtexec_weakly_typed": " ".join(weak.trtexec_args())}
+                "trtexec": " ".join(self.trtexec_args()),
+                "trtexec_weakly_typed": " ".join(weak.trtexec_args())}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TensorRTSettings:
@@ -232,6 +240,9 @@ class FallbackPlan:
             or follows by monotonicity, to miss the target).
         precision: Precision the fallback nodes compute in.
         message: One human-readable sentence on the outcome.
+        build: Once the mixed model is written: the TensorRT engine build of it
+            (:class:`quantdbg.interop.EngineBuildSpec` and its trtexec / Polygraphy commands, as
+            JSON-ready dicts), else None.
     """
 
     status: PlanStatus
@@ -245,6 +256,7 @@ class FallbackPlan:
     minimal: bool
     precision: Precision = Precision.FP16
     message: str = ""
+    build: Mapping[str, Any] | None = None
 
     @property
     def n_evaluations(self) -> int:
@@ -264,8 +276,31 @@ class FallbackPlan:
 
     def with_precision(self, precision: Precision) -> FallbackPlan:
         """The same plan with another fallback precision."""
-        return FallbackPlan(self.status, self.nodes, self.target, self.value, self.strategy, self.ranking,
-                            self.evaluations, self.budget, self.minimal, Precision(precision), self.message)
+        return replace(self, precision=Precision(precision))
+
+    def with_build(self, model_path: str | os.PathLike, data: Any = None) -> FallbackPlan:
+        """The same plan with the TensorRT build of the mixed model written at ``model_path``.
+
+        Args:
+            model_path: The mixed-precision model file.
+            data: Feeds whose shapes give the optimization profile of dynamic inputs (e.g. the
+                evaluation data); None uses batch 1/8/32 for batch-only dynamic inputs.
+
+        Returns:
+            The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
+            is logged).
+        """
+        from quantdbg.interop import EngineBuildSpec, build_commands
+
+        path = Path(model_path)
+        try:
+            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data),
+                                              engine=path.with_suffix(".engine"), fallback_nodes=self.nodes,
+                                              fallback_precision=self.precision)
+        except QuantDbgError as err:
+            logger.warning("no TensorRT build commands in the plan: %s", err)
+            return self
+        return replace(self, build={"spec": spec.to_dict(), "commands": build_commands(spec).to_dict()})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with ModelOpt's and TensorRT's settings included."""
@@ -275,7 +310,8 @@ class FallbackPlan:
                 "evaluations": [e.to_dict() for e in self.evaluations], "n_evaluations": self.n_evaluations,
                 "budget": self.budget, "minimal": self.minimal, "precision": self.precision.value,
                 "message": self.message, "modelopt": {"nodes_to_exclude": self.nodes_to_exclude},
-                "tensorrt": self.tensorrt.to_dict()}
+                "tensorrt": {**self.tensorrt.to_dict(),
+                             "build": None if self.build is None else dict(self.build)}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FallbackPlan:
@@ -288,13 +324,30 @@ class FallbackPlan:
             raise ConfigError(f"Not a quantdbg fallback plan (format {data.get('format')!r}, expected "
                               f"{PLAN_FORMAT!r}).")
         return cls(data["status"], tuple(data["nodes"]), FallbackTarget.from_dict(data["target"]),
-                   float(float_from_json(data["value"])), data["strategy"], tuple(data["ranking"]),
+                   json_float(data["value"]), data["strategy"], tuple(data["ranking"]),
                    tuple(FallbackEvaluation.from_dict(e) for e in data["evaluations"]), int(data["budget"]),
-                   bool(data["minimal"]), Precision(data["precision"]), data.get("message", ""))
+                   bool(data["minimal"]), Precision(data["precision"]), data.get("message", ""),
+                   data.get("tensorrt", {}).get("build"))
 
     def write(self, path: str | os.PathLike) -> Path:
         """Writes :meth:`to_dict` as JSON atomically."""
         return write_json_atomic(path, self.to_dict())
+
+
+def _profile_from(data: Any) -> dict[str, Any]:
+    """Min / opt (first feed) / max shapes of every input over the feeds of ``data``."""
+    from quantdbg.backends.tensorrt import ShapeRange
+    from quantdbg.data import as_data
+
+    if data is None:
+        return {}
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for feed in as_data(data):
+        for name, value in feed.items():
+            shapes.setdefault(name, []).append(tuple(int(d) for d in np.shape(value)))
+    return {name: ShapeRange(tuple(map(min, zip(*seen, strict=True))), seen[0],
+                             tuple(map(max, zip(*seen, strict=True))))
+            for name, seen in shapes.items() if len({len(s) for s in seen}) == 1}
 
 
 def default_budget(n_layers: int) -> int:
@@ -354,12 +407,13 @@ class _Search:
 
 
 def _ranking_names(ranking: SensitivityReport | Sequence[str]) -> tuple[str, ...]:
-    names = tuple(getattr(ranking, "ranking", ranking))
+    names = tuple(ranking) if isinstance(ranking, Sequence) else tuple(ranking.ranking)
     if not names:
         raise ConfigError("The ranking is empty: there are no quantized layers to fall back.")
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"The ranking lists node {dup!r} twice; give each layer once, most sensitive first.")
+        raise ConfigError(f"The ranking lists node {dup!r} twice; give each layer once, most "
+                          "sensitive first.")
     return names
 
 
@@ -522,7 +576,7 @@ class FallbackConfig:
         ConfigError: Unknown mode or strategy, or a budget / jobs below 1.
     """
 
-    mode: str = "local"
+    mode: Mode = "local"
     strategy: Strategy = "bisect"
     precision: Precision = Precision.FP16
     max_evaluations: int | None = None
@@ -562,9 +616,10 @@ class FallbackResult:
         return {"plan": self.plan.to_dict(), "report": self.report.to_dict()}
 
 
-def auto_fallback(fp_model: Any, qmodel: QuantizedModel, data: Any, target: FallbackTarget, *,
-                  metric: Any = "sqnr", config: FallbackConfig | None = None, runner_factory: Any = None,
-                  report: SensitivityReport | None = None, progress: bool = False) -> FallbackResult:
+def auto_fallback(fp_model: ModelSource, qmodel: QuantizedModel, data: DataSource, target: FallbackTarget, *,
+                  metric: TaskMetric | MetricName = "sqnr", config: FallbackConfig | None = None,
+                  runner_factory: RunnerFactory | None = None, report: SensitivityReport | None = None,
+                  progress: bool = False) -> FallbackResult:
     """Ranks the layers, searches the smallest fallback set, and verifies it on the real model.
 
     Search evaluations feed the switchable graph of :mod:`quantdbg.sensitivity` (one session,
@@ -601,7 +656,7 @@ def auto_fallback(fp_model: Any, qmodel: QuantizedModel, data: Any, target: Fall
         raise ConfigError(f"The target says {direction} is better but metric {task.name!r} is "
                           f"{'higher' if task.higher_is_better else 'lower'}-is-better; make them agree.")
     if report is None:
-        report = analyze_sensitivity(fp_model, qmodel, data, mode=config.mode, metric=task,  # type: ignore[arg-type]
+        report = analyze_sensitivity(fp_model, qmodel, data, mode=config.mode, metric=task,
                                      runner_factory=runner_factory, jobs=config.jobs, progress=progress)
     elif set(report.ranking) != set(qmodel.layers):
         raise ConfigError("The sensitivity report ranks other layers than the Q/DQ model holds; analyse "
@@ -615,7 +670,8 @@ def auto_fallback(fp_model: Any, qmodel: QuantizedModel, data: Any, target: Fall
                 _mixed(qmodel, nodes, config.precision).model)
         else:
             evaluate = lambda nodes: evaluator.run([n for n in layers if n not in nodes]).value  # noqa: E731
-        verify = lambda nodes: evaluator.run_model(_mixed(qmodel, nodes, config.precision).model).value  # noqa: E731
+        verify = lambda nodes: evaluator.run_model(  # noqa: E731
+            _mixed(qmodel, nodes, config.precision).model).value
         plan = search_fallback(report, evaluate, target, config.strategy,
                                max_evaluations=config.max_evaluations, verify=verify)
     plan = plan.with_precision(config.precision)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 
@@ -36,7 +36,7 @@ HIGHER_IS_BETTER: Mapping[str, bool] = MappingProxyType(
     {"sqnr": True, "cosine": True, "sample_cosine": True, "rel_l2": False, "max_abs": False})
 
 
-def check_metric_name(name: str) -> str:
+def check_metric_name(name: str) -> MetricName:
     """Returns ``name`` when it is an output metric.
 
     Raises:
@@ -44,7 +44,7 @@ def check_metric_name(name: str) -> str:
     """
     if name not in METRIC_NAMES:
         raise ConfigError(f"Unknown output metric {name!r}; choose one of {', '.join(METRIC_NAMES)}.")
-    return name
+    return cast(MetricName, name)
 
 
 def float_to_json(value: float | None) -> float | str | None:
@@ -60,6 +60,11 @@ def float_to_json(value: float | None) -> float | str | None:
 def float_from_json(value: float | str | None) -> float | None:
     """Decodes :func:`float_to_json`."""
     return None if value is None else float(value)
+
+
+def json_float(value: float | str) -> float:
+    """Decodes a :func:`float_to_json` value that is never None."""
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,9 @@ class OutputMetrics:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OutputMetrics:
         """Inverse of :meth:`to_dict`."""
-        floats = ("sqnr_db", "cosine", "sample_cosine", "min_sample_cosine", "rel_l2", "max_abs")
-        return cls(**{k: float_from_json(data[k]) for k in floats},
-                   count=int(data["count"]), nonfinite=int(data.get("nonfinite", 0)))
+        return cls(json_float(data["sqnr_db"]), json_float(data["cosine"]), float_from_json(data["sample_cosine"]),
+                   float_from_json(data["min_sample_cosine"]), json_float(data["rel_l2"]),
+                   json_float(data["max_abs"]), int(data["count"]), int(data.get("nonfinite", 0)))
 
 
 @dataclass
@@ -163,7 +168,7 @@ def _batch_sums(ref: np.ndarray, test: np.ndarray) -> tuple[_Sums, _SampleSums]:
         t = np.where(bad, 0.0, t)  # keeps the other sums finite; the count marks the result
     diff = t - r
     per_sample = _SampleSums(np.einsum("ij,ij->i", r, r), np.einsum("ij,ij->i", t, t),
-                             np.einsum("ij,ij->i", r, t), bad.any(axis=1))
+                             np.einsum("ij,ij->i", r, t), np.asarray(bad.any(axis=1)))
     sums = _Sums(signal=float(per_sample.ref_sq.sum()), noise=float(np.einsum("ij,ij->", diff, diff)),
                  dot=float(per_sample.dot.sum()), test=float(per_sample.test_sq.sum()),
                  max_abs=float(np.abs(diff).max()) if diff.size else 0.0,

@@ -262,8 +262,12 @@ def _cell_html(value: Any) -> str:
     return f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>"
 
 
-def _table_html(table: rs.Table) -> str:
-    ident = f' id="{html.escape(table.css_id)}"' if table.css_id else ""
+def _table_html(table: rs.Table, seen: dict[str, int]) -> str:
+    ident = ""
+    if table.css_id:  # ids stay unique when a bundle holds two results of one kind
+        seen[table.css_id] = seen.get(table.css_id, 0) + 1
+        suffix = "" if seen[table.css_id] == 1 else f"-{seen[table.css_id]}"
+        ident = f' id="{html.escape(table.css_id)}{suffix}"'
     caption = f"<caption>{html.escape(table.caption)}</caption>" if table.caption else ""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     body = "".join("<tr>" + "".join(_cell_html(v) for v in row) + "</tr>" for row in table.rows[:rs.MAX_ROWS])
@@ -289,7 +293,7 @@ def _anchors(sections: Sequence[rs.Section]) -> list[str]:
     return out
 
 
-def _section_html(section: rs.Section, anchor: str, plots: bool) -> str:
+def _section_html(section: rs.Section, anchor: str, plots: bool, seen: dict[str, int]) -> str:
     tag = f"h{min(max(section.level, 2), 4)}"
     parts = [f'<section id="{anchor}"><{tag}>{html.escape(section.title)}</{tag}>']
     parts += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
@@ -299,12 +303,14 @@ def _section_html(section: rs.Section, anchor: str, plots: bool) -> str:
         parts.append('<p class="note">Plots omitted (install quantdbg[report] for matplotlib).</p>')
     if section.code:
         parts.append("<pre>" + html.escape("\n".join(section.code)) + "</pre>")
-    parts += [_table_html(t) for t in section.tables]
+    parts += [_table_html(t, seen) for t in section.tables]
     return "".join(parts) + "</section>"
 
 
 def _body_html(sections: Sequence[rs.Section], plots: bool) -> str:
-    return "\n".join(_section_html(s, a, plots) for s, a in zip(sections, _anchors(sections), strict=True))
+    seen: dict[str, int] = {}
+    pairs = zip(sections, _anchors(sections), strict=True)
+    return "\n".join(_section_html(s, a, plots, seen) for s, a in pairs)
 
 
 def render_html(result: Any, *, title: str | None = None, plots: bool = True) -> str:

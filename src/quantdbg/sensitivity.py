@@ -50,6 +50,7 @@ from quantdbg.metrics import (
     OutputMetrics,
     float_from_json,
     float_to_json,
+    json_float,
     metrics_from_sums,
 )
 from quantdbg.model import ModelSource, input_specs, load_model, name_nodes
@@ -145,8 +146,8 @@ class LayerSensitivity:
         """Inverse of :meth:`to_dict`."""
         opt = lambda key, typ: None if data.get(key) is None else typ.from_dict(data[key])  # noqa: E731
         return cls(data["node"], data["op_type"], tuple(QuantizedInput.from_dict(i) for i in data["inputs"]),
-                   int(data["rank"]), float(float_from_json(data["score"])),
-                   float(float_from_json(data["value"])), opt("metrics", OutputMetrics),
+                   int(data["rank"]), json_float(data["score"]),
+                   json_float(data["value"]), opt("metrics", OutputMetrics),
                    opt("input_metrics", OutputMetrics), opt("evidence", LayerEvidence))
 
 
@@ -293,6 +294,40 @@ class SensitivityReport:
             raise ConfigError(f"Cannot read sensitivity report {str(path)!r}: {err}") from err
 
 
+def suggest_calibrators(report: SensitivityReport, only_changes: bool = True) -> dict[str, str]:
+    """Per-tensor calibrator choice from a report's evidence (for ``CalibConfig.per_tensor``).
+
+    For every activation tensor, the calibrator that minimises the summed local noise power
+    (``10^(-SQNR/10)``) of the layers reading it -- several layers can read one tensor (e.g. the
+    query, key and value projections), and one range serves them all.
+
+    Args:
+        report: A report computed with ``evidence=True``.
+        only_changes: Leave out tensors whose best calibrator is the one already used.
+
+    Returns:
+        Exact-match glob (special characters escaped) -> calibrator name, in graph order.
+    """
+    noise: dict[str, dict[str, float]] = {}
+    used: dict[str, str] = {}
+    for layer in report.layers:
+        candidates = layer.evidence.calibrator_sqnr if layer.evidence is not None else None
+        for inp in layer.inputs:
+            if inp.kind != "activation" or not candidates:
+                continue
+            used[inp.tensor] = inp.calibrator
+            totals = noise.setdefault(inp.tensor, {})
+            for name, sqnr in candidates.items():
+                totals[name] = totals.get(name, 0.0) + (10.0 ** (-sqnr / 10.0) if math.isfinite(sqnr) else
+                                                        (0.0 if sqnr > 0 else math.inf))
+    chosen = {t: min(sorted(c), key=c.__getitem__) for t, c in noise.items() if c}
+    return {_glob_escape(t): m for t, m in chosen.items() if not only_changes or m != used.get(t)}
+
+
+def _glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 # --------------------------------------------------------------------------------------------
 # Variant evaluation (shared with the fallback search)
 # --------------------------------------------------------------------------------------------
@@ -319,7 +354,7 @@ class VariantResult:
         """Inverse of :meth:`to_dict`."""
         comparison = data.get("comparison")
         return cls(None if comparison is None else Comparison.from_dict(comparison),
-                   float(float_from_json(data["value"])))
+                   json_float(data["value"]))
 
 
 def default_runner_factory(threads: int = 0) -> RunnerFactory:
@@ -364,12 +399,14 @@ class VariantEvaluator:
     """
 
     def __init__(self, fp_model: ModelSource, qmodel: QuantizedModel, data: DataSource,
-                 metric: TaskMetric | MetricName = "sqnr", runner_factory: RunnerFactory | None = None) -> None:
+                 metric: TaskMetric | MetricName = "sqnr",
+                 runner_factory: RunnerFactory | None = None) -> None:
         self.fp_model = prepare_fp_model(fp_model)
         self.qmodel = qmodel
         _check_layers(self.fp_model, qmodel)
         self.metric = as_task_metric(metric)
-        self.data: CalibrationData = as_data(data, DEFAULT_BATCH_SIZE, inputs=list(input_specs(self.fp_model)))
+        self.data: CalibrationData = as_data(data, DEFAULT_BATCH_SIZE,
+                                             inputs=list(input_specs(self.fp_model)))
         self.runner_factory = runner_factory or default_runner_factory()
         self.n_passes = 0
         self._switch: _analysis.SwitchGraph | None = None
@@ -457,7 +494,8 @@ class VariantEvaluator:
         outputs = self._run_all(self.switch.model, self.switch.feed(quantized), self._switch_runner())
         return self.score(outputs)
 
-    def variant_model(self, quantized: Collection[str], precision: Precision = Precision.FP32) -> onnx.ModelProto:
+    def variant_model(self, quantized: Collection[str],
+                      precision: Precision = Precision.FP32) -> onnx.ModelProto:
         """The Q/DQ model with only ``quantized`` layers in INT8, the others in ``precision``."""
         from quantdbg.qdq import remove_qdq
 
@@ -577,7 +615,8 @@ class _Found:
         self.evidence = evidence
         return self
 
-    def report(self, evaluator: VariantEvaluator, mode: Mode, seconds: float, fingerprint: str) -> SensitivityReport:
+    def report(self, evaluator: VariantEvaluator, mode: Mode, seconds: float,
+               fingerprint: str) -> SensitivityReport:
         order = {layer: i for i, layer in enumerate(evaluator.layers)}
         # Stable: ties keep graph order; NaN scores sink to the bottom.
         ranked = sorted(evaluator.layers, key=lambda n: (-_sortable(self.score[n]), order[n]))
@@ -630,11 +669,15 @@ def _sweep(evaluator: VariantEvaluator, mode: Mode, jobs: int, progress: bool,
     hib = evaluator.metric.higher_is_better
     sign = (-1.0 if hib else 1.0) * (1.0 if mode == "isolated" else -1.0)
     found = _Found({n: sign * results[n].value for n in layers}, {n: results[n].value for n in layers},
-                   {n: None if results[n].comparison is None else results[n].comparison.total for n in layers},
+                   {n: _total(results[n]) for n in layers},
                    baseline=results[_BASELINE], metric_name=evaluator.metric.name, higher_is_better=hib)
     if not evaluator.metric.needs_model:
         found.reference_value = evaluator.reference_value()
     return found
+
+
+def _total(result: VariantResult) -> OutputMetrics | None:
+    return None if result.comparison is None else result.comparison.total
 
 
 _WORKER: dict[str, Any] = {}
@@ -736,8 +779,9 @@ def _reduce(evaluator: VariantEvaluator, model: onnx.ModelProto, groups: Mapping
                 sums[0] += batch[0]
                 sums[1] += batch[1]
                 sums[2] += batch[2]
-                sums[3] = max(sums[3], batch[3]) if math.isfinite(batch[3]) else math.inf
-                sums[4] += batch[4]
+                peak = max(abs(batch[3]), abs(batch[4]))
+                sums[3] = max(sums[3], peak) if math.isfinite(peak) else math.inf
+                sums[4] += batch[5]
             if also:
                 kept.append({n: values[n] for n in also})
     return totals, kept
@@ -882,5 +926,5 @@ def _layer_evidence(evaluator: VariantEvaluator, progress: bool) -> dict[str, La
 
 
 __all__ = ["MODES", "LayerEvidence", "LayerSensitivity", "Mode", "QuantizedInput", "SensitivityReport",
-           "TensorError", "VariantEvaluator", "VariantResult", "analyze_sensitivity", "default_runner_factory",
-           "prepare_fp_model"]
+           "TensorError", "VariantEvaluator", "VariantResult", "analyze_sensitivity",
+           "default_runner_factory", "prepare_fp_model", "suggest_calibrators"]

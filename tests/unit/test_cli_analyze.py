@@ -44,8 +44,8 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_analyze_fp32_model(files, capsys, tmp_path):
     out = tmp_path / "result.json"
     code, stdout, _ = _run(capsys, "analyze", files / "fp32.onnx", "--data", files / "calib.npz", "--eval",
-                           files / "eval.npz", "--method", "minmax", "--mode", "isolated", "--labels", "label",
-                           "--out", out)
+                           files / "eval.npz", "--method", "minmax", "--mode", "isolated", "--labels",
+                           "label", "--out", out)
     assert code == 0
     report = SensitivityReport.read(out)
     assert sorted(report.ranking) == ["fc0", "fc1", "fc2", "fc3"]
@@ -74,13 +74,17 @@ def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
     producers = {o: n.op_type for n in consumers.values() for o in n.output}
     assert "DequantizeLinear" not in [producers.get(t) for t in consumers["fc2"].input]
     assert stdout.startswith("met: 1 of 4 layer(s) in fp16")
+    build = json.loads(plan_path.read_text())["tensorrt"]["build"]
+    assert build["spec"]["fallback_nodes"] == ["fc2"]
+    assert build["spec"]["shapes"]["x"] == {"min": [12, 16], "opt": [12, 16], "max": [12, 16]}  # eval.npz
+    assert f"--onnx={mixed}" in build["commands"]["trtexec"] and "--stronglyTyped" in build["commands"]["trtexec"]
 
 
 def test_fallback_with_an_evaluation_command(files, capsys, tmp_path):
     plan_path = tmp_path / "plan.json"
     code, _, err = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
-                        files / "eval.npz", "--evaluate", COUNT_DQ, "--min-metric", "-4", "--precision", "fp32",
-                        "--out", tmp_path / "mixed.onnx", "--plan", plan_path)
+                        files / "eval.npz", "--evaluate", COUNT_DQ, "--min-metric", "-4", "--precision",
+                        "fp32", "--out", tmp_path / "mixed.onnx", "--plan", plan_path)
     assert code == 0, err
     plan = json.loads(plan_path.read_text())
     assert len(plan["nodes"]) == 2 and plan["value"] == -4.0 and plan["precision"] == "fp32"
@@ -89,11 +93,12 @@ def test_fallback_with_an_evaluation_command(files, capsys, tmp_path):
 def test_unreachable_target(files, capsys, tmp_path):
     plan_path, mixed = tmp_path / "plan.json", tmp_path / "mixed.onnx"
     code, _, err = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
-                        files / "eval.npz", "--evaluate", f"{PY} -c 'print(0.1)' {{model}}", "--min-metric", "0.5",
-                        "--out", mixed, "--plan", plan_path)
+                        files / "eval.npz", "--evaluate", f"{PY} -c 'print(0.1)' {{model}}", "--min-metric",
+                        "0.5", "--out", mixed, "--plan", plan_path)
     assert code == 2
-    assert err == ("quantdbg fallback: error: Target metric >= 0.5 is unreachable: even all 4 ranked nodes out of "
-                   f"INT8 miss it; best achieved 0.1 with 1 node(s) out of INT8. Plan written to {plan_path}.\n")
+    assert err == ("quantdbg fallback: error: Target metric >= 0.5 is unreachable: even all 4 ranked nodes "
+                   "out of INT8 miss it; best achieved 0.1 with 1 node(s) out of INT8. Plan written to "
+                   f"{plan_path}.\n")
     assert json.loads(plan_path.read_text())["status"] == "unreachable"
     assert not mixed.exists()
 
@@ -130,8 +135,8 @@ def test_error_messages(files, capsys, tmp_path):
         f"'{tmp_path / 'missing'}' does not exist.\n")
     assert _error(capsys, "fallback", qdq, "--fp32", fp32, "--eval", evals, "--evaluate", "x {model}",
                   "--min-sqnr", "20", "--out", tmp_path / "m.onnx", "--plan", out) == (
-        "quantdbg fallback: error: --min-sqnr judges the output SQNR; --evaluate/--labels go with --min-metric "
-        "or --max-rel-loss.\n")
+        "quantdbg fallback: error: --min-sqnr judges the output SQNR; --evaluate/--labels go with "
+        "--min-metric or --max-rel-loss.\n")
     assert _error(capsys, "fallback", qdq, "--fp32", fp32, "--eval", evals, "--max-rel-loss", "-1",
                   "--out", tmp_path / "m.onnx", "--plan", out) == (
         "quantdbg fallback: error: A relative-loss bound is a percentage >= 0, got -1.0.\n")

@@ -30,7 +30,8 @@ def test_top1_agreement_and_accuracy_match_numpy(rng):
     labels = rng.integers(0, 4, 50)
     assert Top1Agreement().from_outputs({"y": out}, {"y": ref}) == pytest.approx(
         np.mean(out.argmax(1) == ref.argmax(1)))
-    assert Accuracy(labels).from_outputs({"y": out}, {"y": ref}) == pytest.approx(np.mean(out.argmax(1) == labels))
+    want = np.mean(out.argmax(1) == labels)
+    assert Accuracy(labels).from_outputs({"y": out}, {"y": ref}) == pytest.approx(want)
 
 
 def test_accuracy_checks_the_label_count(rng):
@@ -69,12 +70,13 @@ def test_model_function_gets_a_model_file(tmp_path):
 
 
 def test_command_metric_reads_the_last_line():
-    metric = CommandMetric(f"{PY} -c \"import sys; print('log line'); print(len(sys.argv[1]) * 0 + 0.75)\" {{model}}")
+    script = "import sys; print('log line'); print(len(sys.argv[1]) * 0 + 0.75)"
+    metric = CommandMetric(f"{PY} -c \"{script}\" {{model}}")
     assert metric.evaluate_model(models.mlp()) == 0.75
 
 
 def test_command_metric_errors():
-    with pytest.raises(ConfigError, match=r"does not contain \{model\}; put \{model\} where the model path goes"):
+    with pytest.raises(ConfigError, match=r"does not contain \{model\}; put \{model\} where the model path"):
         CommandMetric("python eval.py")
     with pytest.raises(ConfigError, match=r"^The evaluation command is empty"):
         CommandMetric("   ")
@@ -88,16 +90,17 @@ def test_command_metric_errors():
 
 def test_parse_metric_line_messages():
     assert parse_metric_line("a\n 0.5 \n\n", "cmd") == 0.5
-    with pytest.raises(BackendError, match=r"^Evaluation command 'cmd' printed nothing; it must print the task "
-                                           r"metric as its last line\.$"):
+    with pytest.raises(BackendError, match=r"^Evaluation command 'cmd' printed nothing; it must print the "
+                                           r"task metric as its last line\.$"):
         parse_metric_line("\n", "cmd")
-    with pytest.raises(BackendError, match=r"last printed line 'acc=0.5' is not a number; print the task metric "
-                                           r"alone on the last line\.$"):
+    with pytest.raises(BackendError, match=r"last printed line 'acc=0.5' is not a number; print the task "
+                                           r"metric alone on the last line\.$"):
         parse_metric_line("acc=0.5", "cmd")
     with pytest.raises(BackendError, match=r"printed 'nan'; the task metric must be finite\.$"):
         parse_metric_line("nan", "cmd")
 
 
 def test_concat_batches():
-    joined = concat_batches([{"y": np.ones((2, 3)), "s": np.float32(1)}, {"y": np.zeros((1, 3)), "s": np.float32(2)}])
+    joined = concat_batches([{"y": np.ones((2, 3)), "s": np.float32(1)},
+                             {"y": np.zeros((1, 3)), "s": np.float32(2)}])
     assert joined["y"].shape == (3, 3) and joined["s"].tolist() == [1.0, 2.0]

@@ -106,13 +106,14 @@ def test_unreachable_target_reports_the_best_achieved():
     plan = search_fallback(ranking, lambda nodes: 0.5 + 0.01 * len(nodes), TARGET)
     assert plan.status == "unreachable"
     assert plan.value == pytest.approx(0.58) and plan.nodes == tuple(ranking)
-    assert plan.message == ("Target metric >= 0.99 is unreachable: even all 8 ranked nodes out of INT8 miss it; "
-                            "best achieved 0.58 with 8 node(s) out of INT8.")
+    assert plan.message == ("Target metric >= 0.99 is unreachable: even all 8 ranked nodes out of INT8 miss "
+                            "it; best achieved 0.58 with 8 node(s) out of INT8.")
 
 
 def test_verification_failure_is_reported():
     ranking = ["a", "b"]
-    plan = search_fallback(ranking, lambda nodes: 1.0 if "a" in nodes else 0.0, TARGET, verify=lambda nodes: 0.9)
+    plan = search_fallback(ranking, lambda nodes: 1.0 if "a" in nodes else 0.0, TARGET,
+                           verify=lambda nodes: 0.9)
     assert plan.status == "verification_failed" and plan.nodes == ("a",) and plan.value == 0.9
 
 
@@ -137,13 +138,15 @@ def test_bad_rankings():
         search_fallback([], lambda nodes: 1.0, TARGET)
     with pytest.raises(ConfigError, match=r"^The ranking lists node 'a' twice"):
         search_fallback(["a", "b", "a"], lambda nodes: 1.0, TARGET)
-    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, linear\.$"):
+    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, "
+                                          r"linear\.$"):
         search_fallback(["a"], lambda nodes: 1.0, TARGET, strategy="greedy")  # type: ignore[arg-type]
 
 
 def test_plan_json_round_trip_and_interop_settings():
     ranking = [f"n{i}" for i in range(6)]
-    plan = search_fallback(ranking, Additive(ranking, {"n1"}), FallbackTarget.max_relative_loss(2.0, reference=1.0))
+    target = FallbackTarget.max_relative_loss(2.0, reference=1.0)
+    plan = search_fallback(ranking, Additive(ranking, {"n1"}), target)
     data = json.loads(json.dumps(plan.to_dict(), allow_nan=False))
     assert FallbackPlan.from_dict(data) == plan
     assert data["modelopt"]["nodes_to_exclude"] == ["n1"]
@@ -185,4 +188,5 @@ def test_auto_fallback_on_a_planted_bad_layer(rng):
     assert result.mixed is not None and result.mixed.layers == ("fc0", "fc1", "fc3")
     with pytest.raises(ConfigError, match=r"^The target says lower is better but metric 'cosine' is "
                                           r"higher-is-better; make them agree\.$"):
-        auto_fallback(model, qmodel, feeds, FallbackTarget.min_metric(0.9, lower_is_better=True), metric="cosine")
+        auto_fallback(model, qmodel, feeds, FallbackTarget.min_metric(0.9, lower_is_better=True),
+                      metric="cosine")

@@ -95,8 +95,9 @@ def test_metrics_from_sums_agree_with_arrays(rng):
     ref = rng.standard_normal((5, 7))
     test = ref + 0.3 * rng.standard_normal((5, 7))
     full = compare_arrays(ref, test)
-    sums = metrics_from_sums(float((ref**2).sum()), float(((test - ref) ** 2).sum()), float((ref * test).sum()),
-                             float((test**2).sum()), float(np.abs(test - ref).max()), ref.size)
+    sums = metrics_from_sums(float((ref**2).sum()), float(((test - ref) ** 2).sum()),
+                             float((ref * test).sum()), float((test**2).sum()),
+                             float(np.abs(test - ref).max()), ref.size)
     assert sums.sqnr_db == pytest.approx(full.sqnr_db)
     assert sums.cosine == pytest.approx(full.cosine)
     assert sums.rel_l2 == pytest.approx(full.rel_l2)

@@ -154,6 +154,8 @@ def test_section_anchors_are_unique_in_a_bundle(results):
                               plots=False)
     ids = re.findall(r'<section id="([^"]+)"', page)
     assert len(ids) == len(set(ids)) and "calibration-2" in ids
+    tables = re.findall(r'<table id="([^"]+)"', page)
+    assert len(tables) == len(set(tables)) and "calibration-ranges-2" in tables
 
 
 def test_plots_are_deterministic():

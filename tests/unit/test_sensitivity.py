@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import models_sensitivity as ms
 import numpy as np
@@ -19,7 +18,13 @@ from quantdbg.evaluate import OutputFunction
 from quantdbg.metrics import compare_arrays
 from quantdbg.model import load_model, name_nodes
 from quantdbg.qdq import QdqRecord, remove_qdq
-from quantdbg.sensitivity import MODES, SensitivityReport, analyze_sensitivity
+from quantdbg.sensitivity import (
+    MODES,
+    SensitivityReport,
+    _glob_escape,
+    analyze_sensitivity,
+    suggest_calibrators,
+)
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 PLANTED = {"mlp4": ("act1", "fc2"), "small_cnn": ("r1", "conv2")}
@@ -47,7 +52,8 @@ def planted():
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_every_mode_ranks_the_planted_layer_first(planted, name, mode):
     model, feeds, qmodel = planted[name]
-    report = analyze_sensitivity(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD, evidence=False)
+    report = analyze_sensitivity(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD,
+                                 evidence=False)
     assert report.ranking[0] == PLANTED[name][1]
     assert sorted(report.ranking) == sorted(qmodel.layers)
     assert [layer.rank for layer in report.layers] == list(range(1, len(qmodel.layers) + 1))
@@ -57,8 +63,10 @@ def test_switch_graph_reproduces_both_models(planted):
     model, feeds, qmodel = planted["small_cnn"]
     fp = name_nodes(load_model(model))
     switch = _analysis.switch_graph(qmodel, fp)
-    wheres = [n for n in switch.model.graph.node if n.op_type == "Where"]
-    assert len(wheres) == len(qmodel.records)
+    switches = [n for n in switch.model.graph.node if n.op_type == "If"]
+    assert len(switches) == len(qmodel.records)  # one switched pair per record
+    top_level = {n.op_type for n in switch.model.graph.node}
+    assert not top_level & {"QuantizeLinear", "DequantizeLinear"}  # Q/DQ only run inside a switched-on branch
     assert set(switch.switches) == set(qmodel.layers)
     session, q_session, fp_session = _session(switch.model), _session(qmodel.model), _session(fp)
     for feed in feeds:
@@ -70,7 +78,8 @@ def test_switch_graph_reproduces_both_models(planted):
 
 def test_isolated_variant_equals_the_model_with_other_pairs_removed(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="isolated", runner_factory=ONE_THREAD, evidence=False)
+    report = analyze_sensitivity(model, qmodel, feeds, mode="isolated", runner_factory=ONE_THREAD,
+                                 evidence=False)
     fp_session = _session(name_nodes(load_model(model)))
     for layer in qmodel.layers:
         only = remove_qdq(qmodel, [n for n in qmodel.layers if n != layer], Precision.FP32)
@@ -88,12 +97,16 @@ def _fake_quant(x: np.ndarray, record: QdqRecord) -> np.ndarray:
 
 def test_local_error_matches_numpy_fake_quantization(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD, evidence=False)
+    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD,
+                                 evidence=False)
     fp = name_nodes(load_model(model))
     weights = {i.name: onnx.numpy_helper.to_array(i) for i in fp.graph.initializer}
     for layer in qmodel.layers:
         act, weight = sorted(qmodel.records_of(layer), key=lambda r: r.input_index)
-        xs = ms.run_exposed(fp, feeds, [act.tensor])[act.tensor] if act.tensor != "x" else [f["x"] for f in feeds]
+        if act.tensor == "x":
+            xs = [f["x"] for f in feeds]
+        else:
+            xs = ms.run_exposed(fp, feeds, [act.tensor])[act.tensor]
         w = weights[weight.tensor]
         ref = np.concatenate([x.astype(np.float64) @ w for x in xs])
         got = np.concatenate([_fake_quant(x, act).astype(np.float64) @ _fake_quant(w, weight) for x in xs])
@@ -104,7 +117,8 @@ def test_local_error_matches_numpy_fake_quantization(planted):
 
 def test_cumulative_tracks_every_tensor(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="cumulative", runner_factory=ONE_THREAD, evidence=False)
+    report = analyze_sensitivity(model, qmodel, feeds, mode="cumulative", runner_factory=ONE_THREAD,
+                                 evidence=False)
     tensors = {t.tensor: t for t in report.tensors}
     assert list(tensors) == ["mm0", "act0", "mm1", "act1", "mm2", "act2", "y"]  # every node output, in order
     assert tensors["act0"].node == "relu0" and tensors["act0"].op_type == "Relu"
@@ -116,7 +130,8 @@ def test_cumulative_tracks_every_tensor(planted):
 
 def test_parallel_jobs_give_the_same_report(planted):
     model, feeds, qmodel = planted["small_cnn"]
-    one = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD, evidence=False)
+    one = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD,
+                                 evidence=False)
     two = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD, jobs=2,
                               evidence=False)
     assert two.ranking == one.ranking
@@ -148,12 +163,13 @@ def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
                                   runner_factory=ONE_THREAD, results_path=path, evidence=False)
     assert resumed_metric.calls == len(qmodel.layers) + 1 - 2 + 1  # the rest, plus the FP32 reference value
     fresh = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(),
-                                runner_factory=ONE_THREAD, evidence=False)
+                                runner_factory=ONE_THREAD,
+                                 evidence=False)
     assert resumed.ranking == fresh.ranking
     assert [x.value for x in resumed.layers] == pytest.approx([x.value for x in fresh.layers])
     assert SensitivityReport.read(path) == resumed  # the finished file is the report
-    with pytest.raises(ConfigError, match=r"belongs to another analysis \(other models, data, mode or metric\); "
-                                          r"delete it or choose another results path\.$"):
+    with pytest.raises(ConfigError, match=r"belongs to another analysis \(other models, data, mode or "
+                                          r"metric\); delete it or choose another results path\.$"):
         analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
                             runner_factory=ONE_THREAD, results_path=path, evidence=False)
 
@@ -177,6 +193,18 @@ def test_evidence_points_at_the_planted_range(planted):
     assert evidence.calibrator_sqnr[evidence.best_calibrator] > evidence.recorded_sqnr + 20
 
 
+def test_calibrator_suggestions_follow_the_evidence(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD)
+    suggested = suggest_calibrators(report, only_changes=False)
+    for layer in report.layers:  # each activation of mlp4 has one reader: its best calibrator wins
+        (act,) = [i.tensor for i in layer.inputs if i.kind == "activation"]
+        assert suggested[act] == layer.evidence.best_calibrator
+    changed = suggest_calibrators(report)
+    assert all(suggested[t] != "minmax" for t in changed)  # hand quantization recorded "minmax"
+    assert _glob_escape("a[0]*b?") == "a[[]0][*]b[?]"
+
+
 def test_weight_evidence_matches_numpy():
     w = np.array([[0.01, -0.02, 5.0], [0.03, 0.001, -4.0]], np.float32)  # column 2 dwarfs the others
     scale = np.abs(w).max(axis=0) / 127
@@ -185,8 +213,9 @@ def test_weight_evidence_matches_numpy():
     t_scale = np.abs(w).max() / 127
     per_tensor = np.clip(np.round(w / t_scale), -127, 127) * t_scale
     per_channel = np.clip(np.round(w / scale), -127, 127) * scale
-    assert found["weight_error_per_tensor"] == pytest.approx(np.linalg.norm(per_tensor - w) / np.linalg.norm(w))
-    assert found["weight_error_per_channel"] == pytest.approx(np.linalg.norm(per_channel - w) / np.linalg.norm(w))
+    norm = np.linalg.norm(w)
+    assert found["weight_error_per_tensor"] == pytest.approx(np.linalg.norm(per_tensor - w) / norm)
+    assert found["weight_error_per_channel"] == pytest.approx(np.linalg.norm(per_channel - w) / norm)
     assert found["weight_zero_fraction_per_tensor"] == pytest.approx(np.mean(np.round(w / t_scale) == 0))
     assert found["weight_zero_fraction"] == 0.0
 
@@ -198,5 +227,5 @@ def test_argument_errors(planted):
         analyze_sensitivity(model, qmodel, feeds, mode="global")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^jobs must be >= 1, got 0\.$"):
         analyze_sensitivity(model, qmodel, feeds, jobs=0)
-    with pytest.raises(ModelError, match=r"^Quantized node 'fc0' is not in the FP32 model; pass the FP32 original"):
+    with pytest.raises(ModelError, match=r"^Quantized node 'fc0' is not in the FP32 model; pass the FP32 "):
         analyze_sensitivity(ms.small_cnn(), qmodel, feeds)

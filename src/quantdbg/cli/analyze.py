@@ -28,7 +28,8 @@ def register(sub: Any) -> None:
                              description="Rank the quantized layers of MODEL by how much INT8 hurts them.")
     _common(analyze)
     analyze.add_argument("--mode", choices=MODES, default="local",
-                         help="local (cheap, one pass), cumulative, isolated or leave-one-out (default local).")
+                         help="local (cheap, one pass), cumulative, isolated or leave-one-out "
+                              "(default local).")
     analyze.add_argument("--jobs", type=int, default=1, help="Processes for isolated / leave-one-out.")
     analyze.add_argument("--no-evidence", action="store_true", help="Skip the weight/activation evidence.")
     analyze.add_argument("--out", required=True, metavar="RESULT.json", help="Where the report goes.")
@@ -39,14 +40,17 @@ def register(sub: Any) -> None:
                                           "a target, and write the mixed-precision model and its plan.")
     _common(fallback)
     target = fallback.add_mutually_exclusive_group(required=True)
-    target.add_argument("--min-metric", type=float, metavar="X", help="Task metric >= X (<= X when lower is better).")
-    target.add_argument("--max-rel-loss", type=float, metavar="PCT", help="Task metric within PCT %% of FP32.")
+    target.add_argument("--min-metric", type=float, metavar="X",
+                        help="Task metric >= X (<= X when lower is better).")
+    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
+                        help="Task metric within PCT %% of FP32.")
     target.add_argument("--min-sqnr", type=float, metavar="DB", help="Output SQNR >= DB dB.")
     fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
     fallback.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
                           help="Fallback layers compute in fp16 (TensorRT) or fp32 (CPU backends).")
     fallback.add_argument("--max-evaluations", type=int, help="Search budget (default 2*log2(L)+2).")
-    fallback.add_argument("--report", metavar="RESULT.json", help="Walk this analyze report instead of ranking.")
+    fallback.add_argument("--report", metavar="RESULT.json",
+                          help="Walk this analyze report instead of ranking.")
     fallback.add_argument("--out", required=True, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
     fallback.set_defaults(func=run_fallback)
@@ -57,16 +61,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", metavar="CALIB.npz", help="Calibration data (input name -> samples).")
     parser.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
     parser.add_argument("--fp32", metavar="FP32.onnx", help="FP32 original of a Q/DQ MODEL.")
-    parser.add_argument("--method", default="entropy", help="Calibrator when MODEL is FP32 (default entropy).")
+    parser.add_argument("--method", default="entropy",
+                        help="Calibrator when MODEL is FP32 (default entropy).")
     parser.add_argument("--op-types", nargs="+", metavar="OP", help="Op types to quantize (default: Conv, "
                         "ConvTranspose, Gemm, MatMul).")
     parser.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
     parser.add_argument("--metric", choices=READY_METRICS, default="sqnr",
                         help="Ready-made metric: an output metric vs FP32, or top1 agreement (default sqnr).")
-    parser.add_argument("--labels", metavar="KEY", help="Score accuracy against this integer array of EVAL.npz.")
-    parser.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a model "
-                        "path and the last printed line is the metric.")
-    parser.add_argument("--lower-is-better", action="store_true", help="The --evaluate metric is lower-is-better.")
+    parser.add_argument("--labels", metavar="KEY",
+                        help="Score accuracy against this integer array of EVAL.npz.")
+    parser.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a "
+                        "model path and the last printed line is the metric.")
+    parser.add_argument("--lower-is-better", action="store_true",
+                        help="The --evaluate metric is lower-is-better.")
     parser.add_argument("--progress", action="store_true", help="Show progress bars.")
 
 
@@ -79,11 +86,12 @@ def _load_models(args: argparse.Namespace) -> tuple[Any, Any]:
     found = quantized_nodes(loaded)
     if found:
         if not args.fp32:
-            raise ModelError(f"MODEL {args.model!r} is already quantized ({len(found)} Q/DQ node(s)); give its "
-                             "FP32 original with --fp32 FP32.onnx.")
+            raise ModelError(f"MODEL {args.model!r} is already quantized ({len(found)} Q/DQ node(s)); "
+                             "give its FP32 original with --fp32 FP32.onnx.")
         return load_model(args.fp32), records_from_model(loaded)
     if args.fp32:
-        raise ConfigError(f"--fp32 is only for a Q/DQ MODEL, but {args.model!r} holds no Q/DQ nodes; drop --fp32.")
+        raise ConfigError(f"--fp32 is only for a Q/DQ MODEL, but {args.model!r} holds no Q/DQ nodes; "
+                          "drop --fp32.")
     if not args.data:
         raise ConfigError(f"MODEL {args.model!r} is FP32: give calibration data with --data CALIB.npz to "
                           "quantize it.")
@@ -179,8 +187,8 @@ def _target(args: argparse.Namespace) -> Any:
 
     if args.min_sqnr is not None:
         if args.evaluate or args.labels:
-            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with --min-metric or "
-                              "--max-rel-loss.")
+            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
+                              "--min-metric or --max-rel-loss.")
         return FallbackTarget.min_sqnr(args.min_sqnr)
     if args.max_rel_loss is not None:
         return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=args.lower_is_better)
@@ -206,14 +214,17 @@ def run_fallback(args: argparse.Namespace) -> int:
                             max_evaluations=args.max_evaluations)
     result = auto_fallback(fp_model, qmodel, data, target, metric=metric, config=config, report=report,
                            progress=args.progress)
-    result.plan.write(args.plan)
     plan = result.plan
     if result.mixed is None:
+        plan.write(args.plan)
         sys.stderr.write(f"quantdbg fallback: error: {plan.message} Plan written to {args.plan}.\n")
         return 2
     result.mixed.save(args.out)
-    sys.stdout.write(f"{plan.status}: {len(plan.nodes)} of {len(plan.ranking)} layer(s) in {plan.precision.value}, "
-                     f"value {plan.value:.6g}, {plan.n_evaluations} evaluations + 1 verification\n")
+    plan = plan.with_build(args.out, data)
+    plan.write(args.plan)
+    sys.stdout.write(f"{plan.status}: {len(plan.nodes)} of {len(plan.ranking)} layer(s) in "
+                     f"{plan.precision.value}, value {plan.value:.6g}, {plan.n_evaluations} evaluations "
+                     "+ 1 verification\n")
     for node in plan.nodes:
         sys.stdout.write(f"  {node}\n")
     if plan.status != "met":
