@@ -26,13 +26,16 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _zoo_tasks import ZOO, load_task, minilm_gate, silero_f1, write_section  # noqa: E402
-from sensitivity import ONE_THREAD, quantized  # noqa: E402
+from sensitivity import ONE_THREAD, SETTINGS, quantized  # noqa: E402
 
-from quantdbg.config import Precision  # noqa: E402
+from quantdbg.api import quantize  # noqa: E402
+from quantdbg.config import CalibConfig, Precision  # noqa: E402
 from quantdbg.evaluate import Accuracy, OutputFunction  # noqa: E402
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
-from quantdbg.qdq import records_from_model  # noqa: E402
-from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity  # noqa: E402
+from quantdbg.model import load_model, save_model  # noqa: E402
+from quantdbg.qdq import QuantizedModel, records_from_model  # noqa: E402
+from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity, suggest_calibrators  # noqa: E402
+from quantdbg.smoothing import SmoothingConfig, smooth  # noqa: E402
 
 BUILDERS = Path("/work/shared/models")
 MODELS = ("minilm_l6_v2_text", "digits_cnn", "silero_vad_16k")
@@ -61,45 +64,77 @@ def builder_eval(name: str, model: Path) -> dict:
     return ast.literal_eval(last.replace("np.float64(", "(").replace("nan", "None"))
 
 
-def ranking(name: str, mode: str, task, qmodel, work: Path) -> SensitivityReport:
+def ranking(key: str, mode: str, fp_model, task, qmodel, work: Path) -> SensitivityReport:
     """A ranking: reused from the sensitivity benchmark's work folder when it finished there."""
-    for candidate in (work / f"{name}_{mode}.json", work / f"{name}_{mode}_evidence.json"):
+    for candidate in (work / f"{key}_{mode}.json", work / f"{key}_{mode}_evidence.json"):
         if candidate.exists():
             data = json.loads(candidate.read_text())
             if data.get("format") == "quantdbg.sensitivity/1":
                 return SensitivityReport.from_dict(data)
     metric = targets(task.name, task.labels)[0][1] if mode in ("isolated", "leave-one-out") else "sqnr"
-    return analyze_sensitivity(task.model, qmodel, task.eval, mode=mode, metric=metric,
-                               runner_factory=ONE_THREAD, results_path=work / f"{name}_{mode}.json",
-                               evidence=False)
+    return analyze_sensitivity(fp_model, qmodel, task.eval, mode=mode, metric=metric,
+                               runner_factory=ONE_THREAD, results_path=work / f"{key}_{mode}_evidence.json",
+                               evidence=mode == "local")
+
+
+def int8_variant(task, work: Path, quantizer: str):
+    """(FP32 model, Q/DQ model) of one INT8 recipe, cached in ``work``.
+
+    ``quantdbg``: the benchmark's settings; ``calibrators``: the same, with the calibrator of each
+    activation tensor chosen from the local ranking's evidence (``suggest_calibrators``);
+    ``smoothquant``: SmoothQuant-style migration (alpha 0.5) of the MatMul inputs first;
+    ``modelopt``: the ModelOpt-quantized model of the zoo, read with ``records_from_model``.
+    """
+    calib, quant, _ = SETTINGS[task.name]
+    if quantizer == "quantdbg":
+        return task.model, quantized(task, work)
+    if quantizer == "modelopt":
+        return task.model, records_from_model(ZOO / task.name / "modelopt_int8.onnx")
+    path = work / f"{task.name}_{quantizer}_int8.onnx"
+    fp_path = work / f"{task.name}_{quantizer}_fp32.onnx" if quantizer == "smoothquant" else task.model
+    if quantizer == "smoothquant" and not fp_path.exists():
+        ops = ("MatMul",) if quant.op_types == ("MatMul",) else ("MatMul", "Gemm")
+        save_model(smooth(task.model, task.calib, SmoothingConfig(alpha=0.5, op_types=ops)).model, fp_path)
+    records = path.with_suffix(".records.json")
+    if path.exists() and records.exists():
+        return fp_path, QuantizedModel.from_dict(json.loads(records.read_text()),
+                                                 load_model(path, allow_quantized=True))
+    if quantizer == "calibrators":
+        evidence = work / f"{task.name}_local_evidence.json"
+        report = analyze_sensitivity(task.model, quantized(task, work), task.eval, mode="local",
+                                     runner_factory=ONE_THREAD, results_path=evidence, evidence=True)
+        calib = CalibConfig(method=calib.method, per_tensor=suggest_calibrators(report))
+        logging.info("%s: calibrators from the evidence: %s", task.name, dict(calib.per_tensor))
+    qmodel = quantize(fp_path, task.calib, calib, quant)
+    qmodel.save(path)
+    records.write_text(json.dumps(qmodel.to_dict()))
+    return fp_path, qmodel
 
 
 def run_flow(name: str, mode: str, strategy: str, work: Path, which: int = 0,
-             qdq_model: Path | None = None) -> dict:
+             quantizer: str = "quantdbg") -> dict:
     """One automatic flow; returns its numbers (search and independent re-score)."""
     task = load_task(name, work)
-    if qdq_model is not None:
-        qmodel, tag = records_from_model(qdq_model), "modelopt"
-    else:
-        qmodel, tag = quantized(task, work), "quantdbg"
+    fp_model, qmodel = int8_variant(task, work, quantizer)
     label, metric, target = targets(name, task.labels)[which]
     start = time.perf_counter()
-    report = ranking(name if tag == "quantdbg" else f"{name}_{tag}", mode, task, qmodel, work)
+    report = ranking(name if quantizer == "quantdbg" else f"{name}_{quantizer}", mode, fp_model, task, qmodel,
+                     work)
     rank_s = time.perf_counter() - start
     start = time.perf_counter()
     budget = None if strategy == "bisect" else len(qmodel.layers)
-    result = auto_fallback(task.model, qmodel, task.eval, target, metric=metric, report=report,
+    result = auto_fallback(fp_model, qmodel, task.eval, target, metric=metric, report=report,
                            config=FallbackConfig(mode=mode, strategy=strategy, precision=Precision.FP16,
                                                  max_evaluations=budget), runner_factory=ONE_THREAD)
     search_s = time.perf_counter() - start
     plan = result.plan
-    row = {"model": name, "quantizer": tag, "target": label, "ranking": mode, "strategy": strategy,
+    row = {"model": name, "quantizer": quantizer, "target": label, "ranking": mode, "strategy": strategy,
            "status": plan.status, "layers": len(qmodel.layers), "nodes": list(plan.nodes),
            "n_fp16": len(plan.nodes), "evaluations": plan.n_evaluations, "budget": plan.budget,
            "verified_value": plan.value, "rank_s": round(rank_s, 1), "search_s": round(search_s, 1),
            "curve": [(len(e.nodes), e.value, e.purpose) for e in plan.evaluations]}
     if result.mixed is not None:
-        path = work / f"{name}_{tag}_{mode}_{strategy}_{which}_mixed.onnx"
+        path = work / f"{name}_{quantizer}_{mode}_{strategy}_{which}_mixed.onnx"
         result.mixed.save(path)
         plan.with_build(path, task.eval).write(path.with_suffix(".plan.json"))
         row["builder_eval"] = builder_eval(name, path)
@@ -159,7 +194,9 @@ def main() -> None:
     parser.add_argument("--rankings", nargs="+", default=["local"], help="Ranking modes to search with.")
     parser.add_argument("--baseline", action="store_true",
                         help="Also top-k (linear) over the isolated ranking.")
-    parser.add_argument("--modelopt", action="store_true", help="Also the ModelOpt-quantized MiniLM.")
+    parser.add_argument("--quantizers", nargs="+", default=["quantdbg"],
+                        choices=("quantdbg", "calibrators", "smoothquant", "modelopt"),
+                        help="INT8 recipes to start from (modelopt: MiniLM's ModelOpt model from the zoo).")
     parser.add_argument("--work", type=Path, default=Path("/tmp/qdbg_sensitivity"))
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--report-only", action="store_true", help="Rewrite RESULTS.md from saved rows.")
@@ -170,14 +207,15 @@ def main() -> None:
     rows: list[dict] = []
     if not args.report_only:
         for name in args.models:
-            for which in range(len(targets(name, np.zeros(1, np.int64)))):
-                for mode in args.rankings:
-                    rows.append(run_flow(name, mode, "bisect", args.work, which))
-                if args.baseline:
-                    rows.append(run_flow(name, "isolated", "linear", args.work, which))
-        if args.modelopt:
-            qdq = ZOO / "minilm_l6_v2_text" / "modelopt_int8.onnx"
-            rows.append(run_flow("minilm_l6_v2_text", "local", "bisect", args.work, 0, qdq_model=qdq))
+            for quantizer in args.quantizers:
+                if quantizer == "modelopt" and not (ZOO / name / "modelopt_int8.onnx").exists():
+                    logging.warning("%s: no modelopt_int8.onnx in the zoo; skipped", name)
+                    continue
+                for which in range(len(targets(name, np.zeros(1, np.int64)))):
+                    for mode in args.rankings:
+                        rows.append(run_flow(name, mode, "bisect", args.work, which, quantizer))
+                    if args.baseline and quantizer == "quantdbg":
+                        rows.append(run_flow(name, "isolated", "linear", args.work, which, quantizer))
     key = lambda r: (r["model"], r["quantizer"], r["target"], r["ranking"], r["strategy"])  # noqa: E731
     old = json.loads(out.read_text()) if out.exists() else []
     rows = [r for r in old if key(r) not in {key(n) for n in rows}] + rows

@@ -67,7 +67,7 @@ def preprocess_digits(pixels: np.ndarray) -> np.ndarray:
 
 
 def _resource(name: str) -> Path:
-    ref = resources.files("quantdbg").joinpath("_data", name)
+    ref = resources.files("quantdbg").joinpath("_data").joinpath(name)
     path = Path(str(ref))
     if not path.is_file():
         raise ModelError(

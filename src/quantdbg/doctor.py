@@ -82,7 +82,7 @@ class DoctorConfig:
 
     calib: CalibConfig = field(default_factory=CalibConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
-    checks: tuple[CheckName, ...] = CHECKS  # type: ignore[assignment]
+    checks: tuple[CheckName, ...] = CHECKS
     batch_size: int = 32
     confirm_top: int = 3
     sensitive_sqnr_db: float = 30.0
@@ -106,13 +106,15 @@ class DoctorConfig:
                 from quantdbg.errors import unknown
 
                 raise unknown("doctor check", name, CHECKS, ConfigError)
-        for name, low in (("batch_size", 1), ("confirm_top", 1), ("bootstrap_chunks", 2),
+        for field_name, low in (("batch_size", 1), ("confirm_top", 1), ("bootstrap_chunks", 2),
                           ("bootstrap_rounds", 2), ("threads", 0)):
-            if getattr(self, name) < low:
-                raise ConfigError(f"DoctorConfig.{name} must be >= {low}, got {getattr(self, name)}.")
-        for name in ("zeroed_fraction", "dominant_share", "stable_spread", "swamped_fraction"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                raise ConfigError(f"DoctorConfig.{name} must be in (0, 1], got {getattr(self, name)}.")
+            if getattr(self, field_name) < low:
+                raise ConfigError(f"DoctorConfig.{field_name} must be >= {low}, "
+                                  f"got {getattr(self, field_name)}.")
+        for field_name in ("zeroed_fraction", "dominant_share", "stable_spread", "swamped_fraction"):
+            if not 0.0 < getattr(self, field_name) <= 1.0:
+                raise ConfigError(f"DoctorConfig.{field_name} must be in (0, 1], got "
+                                  f"{getattr(self, field_name)}.")
         if not self.disagreement_ratio > 1.0:
             raise ConfigError(f"DoctorConfig.disagreement_ratio must be > 1, got {self.disagreement_ratio}.")
 

@@ -28,15 +28,21 @@ if TYPE_CHECKING:
 
 CheckName = Literal["sensitive_layers", "weight_zeroing", "calibrator_disagreement", "calibration_size",
                     "mixed_ranges", "qdq_fusion"]
-CHECKS: tuple[str, ...] = get_args(CheckName)
+CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 Severity = Literal["high", "medium", "low", "info"]
-SEVERITIES: tuple[str, ...] = get_args(Severity)
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 Cell = str | int | float | bool | None
 QMAX = 127
 MIN_NONZERO = 0.1
 """A channel is examined for zeroing only when at least this share of its values is non-zero."""
 PLOT_BINS = 256
 """Histogram resolution kept for plots (the collected histograms have tens of thousands of bins)."""
+
+
+def _from_json(value: float | str | None) -> float:
+    """Decodes a float written by ``float_to_json`` (None, which it never writes for a float, as nan)."""
+    decoded = float_from_json(value)
+    return math.nan if decoded is None else decoded
 
 
 def _json_cell(value: Cell) -> Cell:
@@ -98,7 +104,7 @@ class Finding:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         """Inverse of :meth:`to_dict`."""
-        return cls(data["check"], data["severity"], float(float_from_json(data["score"])), data["title"],
+        return cls(data["check"], data["severity"], _from_json(data["score"]), data["title"],
                    tuple(data["subjects"]), Evidence.from_dict(data["evidence"]), data["fix"])
 
 
@@ -325,7 +331,7 @@ class CalibratorComparison:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CalibratorComparison:
         """Inverse of :meth:`to_dict`."""
-        dec = lambda m: {k: float(float_from_json(v)) for k, v in m.items()}  # noqa: E731
+        dec = lambda m: {k: _from_json(v) for k, v in m.items()}  # noqa: E731
         return cls(data["tensor"], data["chosen"], dict(data["amax"]), dec(data["tensor_sqnr"]),
                    dec(data["layer_sqnr"]), data["best"], float(data["ratio"]),
                    tuple(int(v) for v in data["hist"]), float(data["hist_width"]))
@@ -692,7 +698,7 @@ class MixedRange:
         """Inverse of :meth:`to_dict`."""
         return cls(data["tensor"], data["role"], int(data["axis"]), float(data["scale"]),
                    tuple(data["channel_absmax"]), tuple(data["channel_zeroed"]), tuple(data["swamped"]),
-                   float(float_from_json(data["sqnr_db"])), float(float_from_json(data["swamped_sqnr_db"])))
+                   _from_json(data["sqnr_db"]), _from_json(data["swamped_sqnr_db"]))
 
 
 @dataclass
@@ -861,7 +867,7 @@ class LayerConfirmation:
     def from_dict(cls, data: Mapping[str, Any]) -> LayerConfirmation:
         """Inverse of :meth:`to_dict`."""
         return cls(data["node"], data["op_type"], int(data["local_rank"]),
-                   *(float(float_from_json(data[k])) for k in
+                   *(_from_json(data[k]) for k in
                      ("local_sqnr_db", "isolated_sqnr_db", "isolated_value", "noise_share")))
 
 
@@ -894,9 +900,9 @@ class Confirmation:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:
         """Inverse of :meth:`to_dict`."""
-        return cls(float(float_from_json(data["full_sqnr_db"])),
+        return cls(_from_json(data["full_sqnr_db"]),
                    tuple(LayerConfirmation.from_dict(c) for c in data["layers"]), data.get("metric", "sqnr"),
-                   float(float_from_json(data.get("full_value", "nan"))))
+                   _from_json(data.get("full_value", "nan")))
 
 
 def confirm_layers(evaluator: Any, ranking: SensitivityReport, top: int) -> Confirmation:

@@ -110,8 +110,9 @@ class OutputMetrics:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OutputMetrics:
         """Inverse of :meth:`to_dict`."""
-        return cls(json_float(data["sqnr_db"]), json_float(data["cosine"]), float_from_json(data["sample_cosine"]),
-                   float_from_json(data["min_sample_cosine"]), json_float(data["rel_l2"]),
+        return cls(json_float(data["sqnr_db"]), json_float(data["cosine"]),
+                   float_from_json(data["sample_cosine"]), float_from_json(data["min_sample_cosine"]),
+                   json_float(data["rel_l2"]),
                    json_float(data["max_abs"]), int(data["count"]), int(data.get("nonfinite", 0)))
 
 

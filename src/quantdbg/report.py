@@ -218,11 +218,15 @@ def sections_of(result: Any) -> list[rs.Section]:
         return rs.lint_sections(result)
     if kind == "doctor":
         return rs.doctor_sections(result)
-    return rs.bundle_sections(result, _bundle_member)
+    # In a bundle, the layers a fallback plan keeps out of INT8 are marked on the ranking charts.
+    kept = tuple(node for r in result.results if kind_of(r) == "fallback" for node in r.nodes)
 
+    def member(item: Any) -> list[rs.Section]:
+        if kept and kind_of(item) == "sensitivity":
+            return rs.sensitivity_sections(item, highlight=kept)
+        return sections_of(item)
 
-def _bundle_member(result: Any) -> list[rs.Section]:
-    return sections_of(result)
+    return rs.bundle_sections(result, member)
 
 
 def _title(result: Any, title: str | None) -> str:

@@ -158,7 +158,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     _check_outputs(args.json, args.html, args.md)
     config = DoctorConfig(
         CalibConfig(method=args.method),
-        checks=tuple(args.checks or CHECKS),
+        checks=tuple(args.checks) if args.checks else CHECKS,
         batch_size=args.batch_size,
         confirm_top=args.confirm_top,
     )
