@@ -95,12 +95,29 @@ class SwitchGraph:
         return {name: np.array(layer in on) for layer, name in self.switches.items()}
 
 
-def _fp32_weight(fp_model: onnx.ModelProto, record: QdqRecord) -> np.ndarray:
+def fp32_weight(fp_model: onnx.ModelProto, record: QdqRecord) -> np.ndarray | None:
+    """The FP32 values of a weight record, from the FP32 model.
+
+    A model quantized elsewhere may store the weight as INT8 under another name (ONNX Runtime's
+    ``w_quantized``); the FP32 values are then the FP32 model's input of the same node at the same
+    input index (node identity, not a name suffix).
+    """
     values = _constant(fp_model, record.tensor)
+    if values is not None and np.issubdtype(values.dtype, np.floating):
+        return values
+    node = next((n for n in fp_model.graph.node if n.name == record.node), None)
+    if node is None or len(node.input) <= record.input_index:
+        return None
+    values = _constant(fp_model, node.input[record.input_index])
+    return values if values is not None and np.issubdtype(values.dtype, np.floating) else None
+
+
+def _fp32_weight(fp_model: onnx.ModelProto, record: QdqRecord) -> np.ndarray:
+    values = fp32_weight(fp_model, record)
     if values is None:
         raise ModelError(f"Weight {record.tensor!r} of node {record.node!r} is stored as INT8 in the Q/DQ "
-                         "model and the FP32 model has no initializer of that name; pass the FP32 original "
-                         "the Q/DQ model was made from.")
+                         "model and the FP32 model has no FP32 initializer for that input of the node; pass "
+                         "the FP32 original the Q/DQ model was made from.")
     return values
 
 
@@ -196,8 +213,16 @@ def _branch(name: str, nodes: list[onnx.NodeProto], output: str, elem_type: int)
     return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(output, elem_type, None)])
 
 
+def _clamps_negatives(record: QdqRecord, zero_dtype: np.dtype | None) -> bool:
+    """True when the pair's representable range is [0, ...] (zero point at the type's minimum)."""
+    if zero_dtype is None or not record.zero_point or not np.issubdtype(zero_dtype, np.integer):
+        return False
+    return all(z == np.iinfo(zero_dtype).min for z in record.zero_point)
+
+
 def _switch_node(record: QdqRecord, switch: str, source: str, quantized: onnx.NodeProto | str,
-                 q_node: onnx.NodeProto | None, out: str, names: _Names, elem_type: int) -> onnx.NodeProto:
+                 q_node: onnx.NodeProto | None, out: str, names: _Names, elem_type: int,
+                 zero_dtype: np.dtype | None) -> onnx.NodeProto:
     """``If(switch)``: the quantized value (a folded constant, or Q/DQ computed only when on), else
     the FP32 source. Unlike ``Where`` the off branch never runs Q/DQ and a branch costs one copy."""
     base = f"{record.node}/input{record.input_index}/switch"
@@ -216,7 +241,10 @@ def _switch_node(record: QdqRecord, switch: str, source: str, quantized: onnx.No
             q.input[0] = source
             dq.input[0] = q.output[0]
             on_nodes.insert(0, q)
-    off = [helper.make_node("Identity", [source], [off_out], name=names(f"{base}/OffIdentity"))]
+    # A pair whose range starts exactly at 0 also clamps negatives: ONNX Runtime's quantizer folds a
+    # Relu into such a pair and deletes the Relu, so "off" must keep the clamp to stay FP32-equivalent.
+    op = "Relu" if record.kind == "activation" and _clamps_negatives(record, zero_dtype) else "Identity"
+    off = [helper.make_node(op, [source], [off_out], name=names(f"{base}/Off{op}"))]
     return helper.make_node("If", [switch], [out], name=names(f"{record.node}/switch"),
                             then_branch=_branch(f"{base}/then", on_nodes, on_out, elem_type),
                             else_branch=_branch(f"{base}/else", off, off_out, elem_type))
@@ -256,9 +284,11 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
             quantized = added[-1].name
         q_node = nodes.get(record.quantize_node) if record.quantize_node else None
         out = names(f"{dq_out}/switched")
+        dq = nodes[record.dequantize_node]
+        zero = _constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
         ifs.setdefault(record.node, []).append(_switch_node(
             record, switches[record.node], source, quantized, q_node, out, names,
-            types.get(dq_out, TensorProto.FLOAT)))
+            types.get(dq_out, TensorProto.FLOAT), None if zero is None else zero.dtype))
         nodes[record.node].input[record.input_index] = out
     ordered: list[onnx.NodeProto] = []
     for node in model.graph.node:
@@ -410,7 +440,7 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
         added: list[onnx.NodeProto] = []
         for record in qmodel.records_of(variant.layer):
             source = node.input[record.input_index] if len(node.input) > record.input_index else ""
-            if source != record.tensor:
+            if source != record.tensor and record.kind == "activation":
                 raise ModelError(f"Input {record.input_index} of node {variant.layer!r} in the FP32 model is "
                                  f"{source!r}, but the Q/DQ record says {record.tensor!r}; pass the FP32 "
                                  "original the Q/DQ model was made from.")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg._analysis import LocalVariant, _constant, local_graph
+from quantdbg._analysis import LocalVariant, fp32_weight, local_graph
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
 from quantdbg.metrics import float_from_json, float_to_json
 from quantdbg.qdq import QMAX, QdqRecord, QuantizedModel
@@ -199,7 +199,7 @@ def layer_evidence(fp_model: onnx.ModelProto, qmodel: QuantizedModel, layer: str
     worst_error = -1.0
     for record in qmodel.records_of(layer):
         if record.kind == "weight":
-            values = _constant(fp_model, record.tensor)
+            values = fp32_weight(fp_model, record)
             if values is not None and values.size:
                 found = weight_evidence(record, values, nodes.get(layer))
                 if found["weight_error_per_channel"] > worst_error:  # several weights: the worst one

@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -580,8 +580,14 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
     with VariantEvaluator(fp_model, qmodel, data, metric, runner_factory) as evaluator:
         fingerprint = evaluator.fingerprint(mode) if results_path is not None else ""
         state = _ResultsFile.open(results_path, fingerprint, mode)
-        if state.report is not None:
-            return state.report
+        if state.report is not None:  # finished earlier; evidence is not part of the fingerprint
+            if not evidence or all(layer.evidence is not None for layer in state.report.layers):
+                return state.report
+            found_evidence = _layer_evidence(evaluator, progress)
+            report = replace(state.report, layers=tuple(replace(layer, evidence=found_evidence[layer.node])
+                                                        for layer in state.report.layers))
+            report.write(state.path)  # type: ignore[arg-type]
+            return report
         if mode == "local":
             found = _local(evaluator, progress)
         elif mode == "cumulative":

@@ -296,14 +296,30 @@ def smooth(model: ModelSource, data: DataSource, config: SmoothingConfig = _DEFA
         BackendError: ONNX Runtime failed.
     """
     loaded = name_nodes(load_model(model))
-    groups, _ = _plan(to_graph(loaded), config)
     feeds = _as_feeds(data, loaded, batch_size)
-    measured = collect_channel_absmax(loaded, feeds, [g.tensor.name for g in groups],
+    measured = collect_channel_absmax(loaded, feeds, smoothing_targets(loaded, config),
                                       max_batches=config.max_batches, progress=progress,
                                       session_options=session_options)
     result = apply_smoothing(loaded, measured.absmax, config)
     return SmoothingResult(result.model, result.migrations, result.skipped, config,
                            measured.n_batches, measured.n_samples)
+
+
+def smoothing_targets(model: ModelSource, config: SmoothingConfig = _DEFAULT) -> tuple[str, ...]:
+    """The activation tensors whose per-channel ranges :func:`apply_smoothing` needs, in graph order.
+
+    Args:
+        model: FP32 model path or ModelProto (never modified).
+        config: Node selection.
+
+    Returns:
+        One tensor per group of selected nodes reading it.
+
+    Raises:
+        ModelError: The model is invalid or a ``nodes``/``exclude`` glob matches no node.
+    """
+    groups, _ = _plan(to_graph(name_nodes(load_model(model))), config)
+    return tuple(g.tensor.name for g in groups)
 
 
 def apply_smoothing(model: ModelSource, act_absmax: Mapping[str, np.ndarray],

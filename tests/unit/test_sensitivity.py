@@ -168,6 +168,10 @@ def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
     assert resumed.ranking == fresh.ranking
     assert [x.value for x in resumed.layers] == pytest.approx([x.value for x in fresh.layers])
     assert SensitivityReport.read(path) == resumed  # the finished file is the report
+    with_evidence = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(),
+                                        runner_factory=ONE_THREAD, results_path=path)
+    assert with_evidence.ranking == resumed.ranking  # evidence added to the finished sweep, not redone
+    assert all(layer.evidence is not None for layer in SensitivityReport.read(path).layers)
     with pytest.raises(ConfigError, match=r"belongs to another analysis \(other models, data, mode or "
                                           r"metric\); delete it or choose another results path\.$"):
         analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
@@ -229,3 +233,32 @@ def test_argument_errors(planted):
         analyze_sensitivity(model, qmodel, feeds, jobs=0)
     with pytest.raises(ModelError, match=r"^Quantized node 'fc0' is not in the FP32 model; pass the FP32 "):
         analyze_sensitivity(ms.small_cnn(), qmodel, feeds)
+
+
+def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
+    """ONNX Runtime's quantizer deletes a Relu and lets a uint8 pair (zero point 0) clamp instead;
+    turning such a pair off must keep the clamp, or every variant without it is garbage."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from quantdbg.qdq import records_from_model
+
+    model = ms.small_cnn()
+    feeds = ms.feeds_for(model, rng)
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(feeds)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(tmp_path / "fp32.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    qmodel = records_from_model(tmp_path / "qdq.onnx")
+    assert "Relu" not in {n.op_type for n in qmodel.model.graph.node}  # the premise: the Relus are gone
+    report = analyze_sensitivity(tmp_path / "fp32.onnx", qmodel, feeds, mode="isolated",
+                                 runner_factory=ONE_THREAD, evidence=False)
+    # One layer in INT8 is never worse than all of them (before the clamp was kept: -7 dB for conv2).
+    assert min(layer.value for layer in report.layers) >= report.baseline.total.sqnr_db - 0.5
