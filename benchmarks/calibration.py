@@ -152,9 +152,10 @@ def child(config: str, model: str, data: str, batch_size: int, result: str) -> N
     _bench.pin_ort_threads()
     tmp = Path(tempfile.mkdtemp(prefix="qdbg_cal_"))
     try:
-        # The tools see a link in a scratch folder, so the ones that write intermediate files next
-        # to the model (ModelOpt) write them there, never into the zoo.
-        (tmp / "model.onnx").symlink_to(Path(model).resolve())
+        # The tools get a copy in a scratch folder: ModelOpt writes intermediate files next to the
+        # model and saves its preprocessed graph over the path it was given (through a symlink
+        # too), so it must never see the zoo's own file.
+        shutil.copyfile(model, tmp / "model.onnx")
         src, out = str(tmp / "model.onnx"), tmp / "quantized.onnx"
         if config.startswith("floor"):
             rec = _floor(src, data, batch_size, out)

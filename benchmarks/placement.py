@@ -80,8 +80,8 @@ def _modelopt(name: str, n: int, out: Path) -> dict:
     else:
         shapes = ",".join(f"{k}:" + "x".join(map(str, (BATCH, *v.shape[1:]))) for k, v in arrays.items())
     tmp = Path(tempfile.mkdtemp(prefix="qdbg_place_"))
-    try:  # ModelOpt writes intermediate files beside its input: give it a scratch folder
-        (tmp / "model.onnx").symlink_to(_bench.MODELS[name].onnx.resolve())
+    try:  # ModelOpt rewrites the file it is given (through a symlink too): give it a copy
+        shutil.copyfile(_bench.MODELS[name].onnx, tmp / "model.onnx")
         quantize(str(tmp / "model.onnx"), quantize_mode="int8", calibration_data=arrays,
                  calibration_method="entropy", calibration_shapes=shapes, calibration_eps=["cpu"],
                  high_precision_dtype="fp32", output_path=str(out), log_level="WARNING")
@@ -283,7 +283,9 @@ def markdown(report: dict, command: str) -> str:
            "QuantConfig. "
            "Inputs are counted as node inputs fed by a DequantizeLinear, mapped onto the FP32 graph's nodes; "
            "input indices are the consuming node's (0 = data, 1 = weight for Conv/Gemm). Node names are "
-           "the FP32 model's.", ""]
+           "the FP32 model's. A DequantizeLinear read by several nodes counts for each reader: ModelOpt "
+           "quantizes a tensor once for all its consumers, so nodes that merely read it (Shape, for "
+           "instance) appear as quantized inputs too. A one-channel weight scale counts as per-tensor.", ""]
     for name, entry in report["models"].items():
         out += _model_section(name, entry)
     return "\n".join(out) + "\n"

@@ -39,6 +39,14 @@ def detection_head(seed: int = 0, box_scale: float = 300.0, score_scale: float =
     return model
 
 
+def softmax_head() -> onnx.ModelProto:
+    """x[N,16] -> Softmax -> y: most probabilities are tiny, but every channel reaches ~1 (no mix)."""
+    x = gs.Variable("x", np.float32, ("N", 16))
+    y = gs.Variable("y", np.float32, ("N", 16))
+    node = gs.Node("Softmax", "softmax", {"axis": -1}, inputs=[x], outputs=[y])
+    return _finish(gs.Graph([node], [x], [y], name="softmax_head"))
+
+
 def positive_inputs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Uniform [0, 1) inputs (keeps the detection head's outputs positive)."""
     return rng.random(shape, dtype=np.float32)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from quantdbg._io import write_json_atomic
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.doctor_checks import (
@@ -346,7 +348,9 @@ def _prepare(model: ModelSource, data: DataSource, eval_data: DataSource | None,
     plan = plan_qdq(fp_model, config.quant)
     calibration = calibrate(fp_model, calib, config.calib, config.quant, plan=plan, progress=progress)
     qmodel = insert_qdq(fp_model, calibration, config.quant, plan=plan)
-    return _Context(fp_model, calib, evals, plan, calibration, qmodel, config, metric, progress)
+    n_eval = sum(int(np.shape(next(iter(feed.values())))[0]) for feed in evals)
+    return _Context(fp_model, calib, evals, plan, calibration, qmodel, config, metric, progress,
+                    n_eval_samples=n_eval)
 
 
 def _report(model: ModelSource, context: _Context, findings: tuple[Finding, ...],
@@ -372,7 +376,6 @@ def _run_sensitive_layers(ctx: _Context) -> CheckOutcome:
                                           runner_factory=factory, progress=ctx.progress, evidence=True)
     with VariantEvaluator(ctx.fp_model, ctx.qmodel, ctx.evals, ctx.metric, factory) as evaluator:  # type: ignore[arg-type]
         confirmation = confirm_layers(evaluator, ctx.sensitivity, ctx.config.confirm_top)
-        ctx.n_eval_samples = evaluator.n_samples
     return check_sensitive_layers(confirmation, ctx.config.sensitive_sqnr_db, ctx.config.dominant_share)
 
 
@@ -383,9 +386,19 @@ def _run_weight_zeroing(ctx: _Context) -> CheckOutcome:
 
 
 def _run_calibrator_disagreement(ctx: _Context) -> CheckOutcome:
-    from quantdbg.doctor_checks import check_calibrator_disagreement
+    from dataclasses import replace
 
-    return check_calibrator_disagreement(ctx.calibration, ctx.sensitivity, ctx.config.disagreement_ratio)
+    from quantdbg.doctor_checks import check_calibrator_disagreement
+    from quantdbg.stats import collect_stats
+
+    calibration = ctx.calibration
+    missing = [t for t, s in calibration.stats.items() if s.hist is None]
+    if missing:  # e.g. minmax collected no histogram; every calibrator but minmax needs one
+        stats = dict(calibration.stats)
+        stats.update(collect_stats(ctx.fp_model, ctx.calib, missing, histogram=True,
+                                   num_bins=ctx.config.calib.num_bins))
+        calibration = replace(calibration, stats=stats)
+    return check_calibrator_disagreement(calibration, ctx.sensitivity, ctx.config.disagreement_ratio)
 
 
 def _run_calibration_size(ctx: _Context) -> CheckOutcome:
@@ -470,8 +483,8 @@ def format_text(report: DoctorReport, max_rows: int = 8) -> str:
     counts = report.counts()
     lines = [f"quantdbg doctor: {report.model} ({report.n_calib_samples} calibration samples, "
              f"{report.n_eval_samples} evaluation samples)",
-             f"{sum(r.status != 'skipped' for r in report.runs)} checks, {len(report.findings)} finding(s): "
-             + ", ".join(f"{n} {s}" for s, n in counts.items() if n), ""]
+             f"{sum(r.status != 'skipped' for r in report.runs)} checks, {len(report.findings)} finding(s)"
+             + "".join(f", {n} {s}" for s, n in counts.items() if n), ""]
     for i, finding in enumerate(report.findings, 1):
         lines.append(f"{i}. [{finding.severity.upper()}] {finding.check}: {finding.title}")
         lines += _text_table(finding.evidence.columns, finding.evidence.rows, max_rows, "     ")

@@ -33,8 +33,13 @@ Severity = Literal["high", "medium", "low", "info"]
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
 Cell = str | int | float | bool | None
 QMAX = 127
-MIN_NONZERO = 0.1
-"""A channel is examined for zeroing only when at least this share of its values is non-zero."""
+MIN_ALIVE = 0.1
+"""A channel is examined for zeroing only when at least this share of its values is significant
+(``|x| >= SIGNIFICANT * amax``): mostly-zero channels after a Relu, or dead ones, lose nothing."""
+SIGNIFICANT = 1e-4
+MIXED_RATIO = 16.0
+"""A swamped channel's max|x| is at most the largest channel's / this: its range differs from the
+tensor's by 4 bits or more (a Softmax's channels all reach ~1 and mix nothing)."""
 PLOT_BINS = 256
 """Histogram resolution kept for plots (the collected histograms have tens of thousands of bins)."""
 
@@ -471,10 +476,10 @@ def check_calibrator_disagreement(calibration: CalibrationResult,
     by_layer = any(c.layer_sqnr for c in bad)
     measure = "its consumer layer's local output SQNR" if by_layer else "the tensor's own quantization SQNR"
     switch = [c for c in bad if c.best != c.chosen and c.gain_db >= 1]
-    fix = ("Pick the calibrator per tensor: " + ", ".join(
-        f"CalibConfig(per_tensor={{{c.tensor!r}: {c.best!r}}})" for c in switch[:3])
-           + ("" if len(switch) <= 3 else f" (and {len(switch) - 3} more)") + "."
-           if switch else "The calibrator in use is already the best (or within 1 dB) by " + measure + ".")
+    entries = ", ".join(f"{c.tensor!r}: {c.best!r}" for c in switch[:3])
+    more = "" if len(switch) <= 3 else f", ... ({len(switch) - 3} more in the evidence)"
+    fix = (f"Pick the calibrator per tensor: CalibConfig(per_tensor={{{entries}{more}}})." if switch
+           else "The calibrator in use is already the best (or within 1 dB) by " + measure + ".")
     finding = Finding(
         "calibrator_disagreement", severity, gain,
         f"Calibrators disagree by more than {ratio:g}x on {len(bad)} tensor(s); the best by {measure} "
@@ -671,7 +676,8 @@ class MixedRange:
         scale: The single scale (the calibrated one, or max|x| / 127 for an output).
         channel_absmax: max|x| per channel.
         channel_zeroed: Share of each channel's non-zero values that round to 0 with ``scale``.
-        swamped: Channels where more than the threshold of non-zero values round to 0.
+        swamped: Channels carrying significant values whose max|x| is at most 1/16 of the largest
+            channel's, and where more than the threshold of non-zero values round to 0.
         sqnr_db: SQNR of the whole tensor quantized with ``scale``.
         swamped_sqnr_db: SQNR of the swamped channels alone (nan when none).
     """
@@ -709,6 +715,7 @@ class _ChannelSums:
     absmax: np.ndarray | None = None
     count: np.ndarray | None = None
     nonzero: np.ndarray | None = None
+    significant: np.ndarray | None = None
     zeroed: np.ndarray | None = None
     signal: np.ndarray | None = None
     noise: np.ndarray | None = None
@@ -719,6 +726,7 @@ class _ChannelSums:
         nz = moved != 0
         batch = {"absmax": np.abs(moved).max(axis=1), "count": np.full(moved.shape[0], moved.shape[1]),
                  "nonzero": nz.sum(axis=1),
+                 "significant": (np.abs(moved) >= SIGNIFICANT * QMAX * self.scale).sum(axis=1),
                  "zeroed": (nz & (q == 0)).sum(axis=1), "signal": (moved ** 2).sum(axis=1),
                  "noise": ((moved - q) ** 2).sum(axis=1)}
         for name, value in batch.items():
@@ -743,10 +751,11 @@ def _mixed_entry(tensor: str, role: Literal["output", "quantized"], axis: int, s
                  threshold: float) -> MixedRange:
     assert sums.absmax is not None and sums.count is not None and sums.nonzero is not None
     assert sums.zeroed is not None and sums.signal is not None and sums.noise is not None
+    assert sums.significant is not None
     zeroed = np.where(sums.nonzero > 0, sums.zeroed / np.maximum(sums.nonzero, 1), 0.0)
-    # A mostly-zero channel (e.g. after a Relu) loses little; only channels that carry values count.
-    alive = sums.nonzero >= MIN_NONZERO * sums.count
-    swamped = np.flatnonzero((zeroed > threshold) & alive)
+    alive = sums.significant >= MIN_ALIVE * sums.count
+    small = sums.absmax <= sums.absmax.max(initial=0.0) / MIXED_RATIO
+    swamped = np.flatnonzero((zeroed > threshold) & alive & small)
     swamped_sqnr = _sqnr(float(sums.signal[swamped].sum()), float(sums.noise[swamped].sum())) \
         if swamped.size else math.nan
     return MixedRange(tensor, role, axis, sums.scale, tuple(float(v) for v in sums.absmax),

@@ -126,6 +126,9 @@ class Migration:
     Attributes:
         nodes: The smoothed nodes (their names are unchanged in the smoothed model).
         tensor: The activation tensor they read in the original model.
+        smoothed_tensor: The tensor they read in the smoothed model (``tensor`` itself when
+            ``1/s`` was folded upstream, the inserted Mul's output otherwise); per-tensor
+            calibrator globs must match this name.
         weights: Original names of the weight initializers whose rows were multiplied by ``s``.
         placement: Where ``1/s`` went.
         folded_into: The producer node that absorbed ``1/s``, or the name of the inserted Mul.
@@ -144,6 +147,7 @@ class Migration:
 
     nodes: tuple[str, ...]
     tensor: str
+    smoothed_tensor: str
     weights: tuple[str, ...]
     placement: Placement
     folded_into: str
@@ -632,6 +636,7 @@ def _migrate(graph: gs.Graph, group: _Group, absmax: np.ndarray, config: Smoothi
     tensor = group.tensor  # read before the rewrite rewires the nodes
     folded = _fold(group, scale, outputs, names) if config.fold else None
     placement, where = folded if folded is not None else _insert_mul(graph, group, scale, names)
+    smoothed_tensor = group.nodes[0].inputs[0].name
     for weight, values, axis in weights:
         shape = [1, 1]
         shape[axis] = -1
@@ -640,10 +645,13 @@ def _migrate(graph: gs.Graph, group: _Group, absmax: np.ndarray, config: Smoothi
     after = absmax / scale
     logger.debug("smoothed %s (%s into %s)", tensor.name, placement, where)
     return Migration(
-        tuple(n.name for n in group.nodes), tensor.name, tuple(w.name for w, _, _ in weights), placement,
-        where, group.channels, config.alpha, float(scale.min()), float(scale.max()),
-        float(np.exp(np.log(scale.astype(np.float64)).mean())), float(absmax.max()), float(after.max()),
-        _outlier_ratio(absmax), _outlier_ratio(after), float(w_rows.max()), float((w_rows * scale).max()))
+        nodes=tuple(n.name for n in group.nodes), tensor=tensor.name, smoothed_tensor=smoothed_tensor,
+        weights=tuple(w.name for w, _, _ in weights), placement=placement, folded_into=where,
+        channels=group.channels, alpha=config.alpha, scale_min=float(scale.min()),
+        scale_max=float(scale.max()), scale_geomean=float(np.exp(np.log(scale.astype(np.float64)).mean())),
+        act_absmax_before=float(absmax.max()), act_absmax_after=float(after.max()),
+        act_outlier_before=_outlier_ratio(absmax), act_outlier_after=_outlier_ratio(after),
+        weight_absmax_before=float(w_rows.max()), weight_absmax_after=float((w_rows * scale).max()))
 
 
 def _unique_weights(group: _Group) -> list[tuple[gs.Tensor, np.ndarray, int]]:
@@ -660,8 +668,9 @@ def _row_absmax(values: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _outlier_ratio(absmax: np.ndarray) -> float:
-    median = float(np.median(absmax))
-    return float(absmax.max() / median) if median > 0 else float("inf") if absmax.max() > 0 else 1.0
+    """Largest channel range over the median one (channels that never moved left out)."""
+    live = absmax[absmax > 0]
+    return float(live.max() / np.median(live)) if live.size else 1.0
 
 
 def _insert_mul(graph: gs.Graph, group: _Group, scale: np.ndarray,

@@ -194,6 +194,21 @@ def test_mixed_ranges_quiet_when_every_channel_shares_a_range(rng):
     assert check_mixed_ranges(items).findings == ()
 
 
+def test_mixed_ranges_quiet_on_a_softmax_whose_channels_share_one_range(rng):
+    model = load_model(models_doctor.softmax_head())
+    x = (rng.standard_normal((256, 16)) * 6).astype(np.float32)
+    [item] = mixed_ranges(model, [{"x": x}], {}, ["y"], 0.5, threads=1)
+    assert max(item.channel_zeroed) > 0.5  # most probabilities round to 0 ...
+    assert item.swamped == ()  # ... yet no channel lives in a smaller range
+    assert check_mixed_ranges([item]).findings == ()
+
+
+def test_mixed_ranges_ignores_dead_channels(rng):
+    model = load_model(models_doctor.detection_head(score_scale=1e-30))
+    [item] = mixed_ranges(model, [{"x": models_doctor.positive_inputs(rng, (64, 8))}], {}, ["y"], 0.5, 1)
+    assert max(item.channel_absmax[4:]) < 1e-28 and item.swamped == ()
+
+
 # ----- sensitive layers -----------------------------------------------------------------------
 
 def _doctored_mlp(rng):
@@ -277,6 +292,15 @@ def test_diagnose_end_to_end_round_trips_and_prints_every_finding(rng):
     text = format_text(report)
     for finding in report.findings:
         assert finding.title in text
+
+
+def test_diagnose_compares_calibrators_even_when_minmax_collected_no_histogram(rng):
+    data = {"x": rng.standard_normal((16, 3, 8, 8), dtype=np.float32)}
+    config = DoctorConfig(CalibConfig(method="minmax"), checks=("calibrator_disagreement",), threads=1)
+    report = diagnose(models.conv_relu(), data, config=config)
+    [item] = report.calibrators
+    assert item.chosen == "minmax" and {"entropy", "percentile", "mse", "minmax"} <= set(item.amax)
+    assert item.amax["minmax"] == pytest.approx(float(np.abs(data["x"]).max()))
 
 
 def test_diagnose_skips_checks_not_requested(rng):

@@ -61,6 +61,7 @@ def gemm_data(rng):
 def test_layernorm_and_constant_folds_keep_outputs(rng, ffn_data):
     result = smooth(ms.ln_ffn(), ffn_data, SmoothingConfig(alpha=0.5))
     placements = {m.tensor: (m.placement, m.folded_into, m.nodes) for m in result.migrations}
+    assert all(m.smoothed_tensor == m.tensor for m in result.migrations)  # folded: names kept
     assert placements == {"ln": ("layernorm", "ln", ("q", "k", "up")),
                           "g": ("scale_constant", "half", ("down",))}
     assert [n.op_type for n in result.model.graph.node].count("Mul") == 1  # nothing inserted
@@ -96,6 +97,7 @@ def test_fold_false_puts_an_explicit_mul_before_every_smoothed_node(rng, ffn_dat
             mul = producers[node.input[0]]
             assert mul.op_type == "Mul" and mul.name == migration.folded_into
             assert mul.input[0] == migration.tensor  # the original tensor, untouched for other readers
+            assert node.input[0] == migration.smoothed_tensor
             assert inits[mul.input[1]].shape == (migration.channels,)
     x = rng.standard_normal((2, 5, 8), dtype=np.float32)
     np.testing.assert_allclose(_run(result.model, {"x": x})["d"], ms.ln_ffn_forward(x)["d"],
@@ -265,6 +267,7 @@ def test_smoothed_model_quantizes_with_every_matmul_input_dequantized(gemm_data)
     mul = result.migration_of("head").folded_into
     record = next(r for r in qmodel.records_of("head") if r.kind == "activation")
     assert producers[record.tensor].name == mul
+    assert record.tensor == result.migration_of("head").smoothed_tensor
 
 
 @pytest.mark.slow
