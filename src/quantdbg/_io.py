@@ -24,11 +24,23 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.replace(tmp, dest)
+        publish(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
+
+
+def publish(tmp: str | os.PathLike, dest: str | os.PathLike) -> None:
+    """Gives a finished temporary file the usual permissions and renames it over ``dest``.
+
+    mkstemp creates files readable by their owner only; a report or model is meant to be
+    shared like any file the user writes, so it gets ``0o666`` less the umask.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, dest)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -76,6 +76,11 @@ class CalibrationResult:
             int(data["n_samples"]),
         )
 
+    def _repr_html_(self) -> str:
+        from quantdbg.report import repr_html  # plotting loads only when a notebook asks
+
+        return repr_html(self)
+
 
 def calib_config_to_dict(config: CalibConfig) -> dict[str, Any]:
     """JSON form of a :class:`CalibConfig` (per-op/per-tensor choices as ordered pairs)."""

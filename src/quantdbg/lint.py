@@ -222,6 +222,11 @@ class LintReport:
             rows.append("| " + " | ".join(_md_cell(c) for c in cells) + " |")
         return f"{title}\n\n{summary}.\n\n" + "\n".join(rows) + "\n"
 
+    def _repr_html_(self) -> str:
+        from quantdbg.report import repr_html  # plotting loads only when a notebook asks
+
+        return repr_html(self)
+
 
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")

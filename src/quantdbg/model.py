@@ -17,6 +17,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import helper, shape_inference, version_converter
 
+from quantdbg._io import publish
 from quantdbg.errors import ModelError
 
 ModelSource = Union[str, os.PathLike, onnx.ModelProto]
@@ -260,7 +261,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
             copy = onnx.ModelProto()
             copy.CopyFrom(model)  # onnx.save rewrites the initializers it externalises
             onnx.save(copy, tmp, save_as_external_data=True, location=dest.name + ".data")
-        os.replace(tmp, dest)
+        publish(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -25,3 +25,13 @@ def test_atomic_write_failure_keeps_the_old_file(tmp_path):
     assert path.read_text() == "old"
     with pytest.raises(ConfigError, match="does not exist"):
         write_text_atomic(tmp_path / "no" / "a.txt", "x")
+
+
+def test_written_files_get_umask_permissions_not_mkstemp_0600(tmp_path):
+    import os
+    umask = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "r.md", "x")
+    finally:
+        os.umask(umask)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)
