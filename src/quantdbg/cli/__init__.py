@@ -27,7 +27,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """Returns the parser with every subcommand registered."""
-    parser = _Parser(prog="quantdbg", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="quantdbg", description="INT8 post-training quantization of ONNX models for "
+                     "TensorRT, and the tools to debug it.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="More log output (-vv: debug).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
