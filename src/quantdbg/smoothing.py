@@ -10,13 +10,13 @@ than a per-tensor activation scale does. The FP32 function is unchanged.
 LayerNormalization, the constant of a preceding Mul/Div, or the columns (and bias) of a preceding
 MatMul -- legal only when every reader of the activation is smoothed with the same ``s`` (shape
 readers aside). Otherwise an explicit ``Mul`` by ``1/s`` is inserted in front of the smoothed
-nodes only; TensorRT fuses such a per-channel pointwise Mul into its producer where it can and
-otherwise runs it as a cheap pointwise kernel, and since the Q/DQ pair lands on the Mul's output
-the Mul stays in FP16/FP32 before quantization.
+nodes only. The Q/DQ pair then lands on the Mul's output, so the Mul runs in FP16/FP32 just
+before a QuantizeLinear; TensorRT's pointwise fusion can merge the two (or the Mul into its
+producer), and at worst it is one cheap elementwise kernel.
 
 Typical use::
 
-    result = smooth(model, "calib.npz", SmoothingConfig(alpha=0.5))
+    result = smooth(model, "calib.npz", SmoothingConfig(alpha=0.8))
     qmodel = quantdbg.quantize(result.model, "calib.npz", CalibConfig("minmax"))
 """
 from __future__ import annotations
@@ -49,6 +49,7 @@ bias of a MatMul+Add, the columns of a MatMul, or an inserted Mul."""
 DEFAULT_BATCH_SIZE = 32
 _SHAPE_ONLY_OPS = frozenset({"Shape", "Size"})  # read only the shape, which smoothing keeps
 _FLOAT = np.dtype(np.float32)
+_TWO_GB = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,12 @@ class SmoothingConfig:
     """What to smooth and how hard.
 
     Attributes:
-        alpha: Migration strength in [0, 1]: 0 leaves activations as they are (s depends on the
-            weights only), 1 moves all of the activation range into the weights.
+        alpha: Migration strength in [0, 1]: at 1, ``s_j = max|X_j|`` flattens every activation
+            channel to max 1 and the weights take the whole range; at 0, ``s_j = 1/max|W_j|``
+            flattens the weight rows instead. 0.5 is SmoothQuant's default; when the weights have
+            outlier rows of their own (``Migration.weight_outlier_before`` above
+            ``act_outlier_before``), a larger alpha keeps them out of the activations -- with
+            per-channel weight scales, MiniLM-L6 did best at 0.8-0.9 (benchmarks/RESULTS.md).
         op_types: Op types to smooth; their input 0 is the activation, input 1 an initializer
             weight (Gemm with ``transA=0``).
         nodes: Node-name globs to smooth (default: every node of ``op_types``).
@@ -143,6 +148,10 @@ class Migration:
         act_outlier_after: The same after smoothing (1.0 is perfectly flat).
         weight_absmax_before: max |w| over the smoothed weights, before.
         weight_absmax_after: The same after multiplying the rows by ``s``.
+        weight_outlier_before: Largest input-channel (row) max|w| over the median row, before. When
+            it exceeds ``act_outlier_before`` the weights carry outliers of their own, and a small
+            alpha moves them into the activation.
+        weight_outlier_after: The same after smoothing.
     """
 
     nodes: tuple[str, ...]
@@ -162,6 +171,8 @@ class Migration:
     act_outlier_after: float
     weight_absmax_before: float
     weight_absmax_after: float
+    weight_outlier_before: float
+    weight_outlier_after: float
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the migration as JSON-ready data."""
@@ -354,11 +365,12 @@ def apply_smoothing(model: ModelSource, act_absmax: Mapping[str, np.ndarray],
         absmax = _absmax_for(group, act_absmax)
         migrations.append(_migrate(graph, group, absmax, config, outputs, names))
     smoothed = to_model(graph, like=loaded)
-    try:
-        onnx.checker.check_model(smoothed)
-        smoothed = onnx.shape_inference.infer_shapes(smoothed)
-    except Exception as err:  # a bug in quantdbg, not a user error
-        raise AssertionError(f"smoothing produced an invalid ONNX model: {err}") from err
+    if smoothed.ByteSize() < _TWO_GB:  # protobuf cannot check or infer >2 GB in memory; ORT infers later
+        try:
+            onnx.checker.check_model(smoothed)
+            smoothed = onnx.shape_inference.infer_shapes(smoothed)
+        except Exception as err:  # a bug in quantdbg, not a user error
+            raise AssertionError(f"smoothing produced an invalid ONNX model: {err}") from err
     return SmoothingResult(smoothed, tuple(migrations), tuple(skipped), config)
 
 
@@ -651,7 +663,8 @@ def _migrate(graph: gs.Graph, group: _Group, absmax: np.ndarray, config: Smoothi
         scale_max=float(scale.max()), scale_geomean=float(np.exp(np.log(scale.astype(np.float64)).mean())),
         act_absmax_before=float(absmax.max()), act_absmax_after=float(after.max()),
         act_outlier_before=_outlier_ratio(absmax), act_outlier_after=_outlier_ratio(after),
-        weight_absmax_before=float(w_rows.max()), weight_absmax_after=float((w_rows * scale).max()))
+        weight_absmax_before=float(w_rows.max()), weight_absmax_after=float((w_rows * scale).max()),
+        weight_outlier_before=_outlier_ratio(w_rows), weight_outlier_after=_outlier_ratio(w_rows * scale))
 
 
 def _unique_weights(group: _Group) -> list[tuple[gs.Tensor, np.ndarray, int]]:

@@ -143,6 +143,9 @@ def test_weights_and_gamma_follow_numpy_smoothquant_factors(ffn_data, alpha):
     np.testing.assert_allclose(got[half.input[1]].ravel(), 0.5 / s_g, rtol=1e-5)
     ln = result.migration_of("k")
     assert ln.scale_max == pytest.approx(s_ln.max(), rel=1e-5)
+    rows = np.max([np.abs(w[n]).max(axis=1) for n in ("wq", "wk", "wup")], axis=0)
+    assert ln.weight_outlier_before == pytest.approx(rows.max() / np.median(rows), rel=1e-5)
+    assert ln.weight_outlier_after == pytest.approx((rows * s_ln).max() / np.median(rows * s_ln), rel=1e-5)
     assert ln.act_absmax_after == pytest.approx((np.abs(acts["ln"]).max(axis=(0, 1)) / s_ln).max(), rel=1e-5)
 
 
