@@ -13,7 +13,9 @@ QuantizeLinear, or to the INT8/FP32 initializer for weights) and the consuming n
 its node in the FP32 model by its output tensor (names as a fallback), so "which node input is
 quantized" is compared on the original graph. Reported per model: Q and DQ node counts,
 quantized inputs per consumer op type (activations / weights), weight granularity, the nodes
-only one tool quantizes, and nodes both quantize but on different inputs.
+only one tool quantizes, nodes both quantize but on different inputs, and -- where the zoo has a
+task -- each Q/DQ model's task metrics from its builder's ``--eval`` (run in the builders' venv,
+``$QDBG_BUILDER_PYTHON``, default /tmp/qdbg_venv/bin/python; ``--no-eval`` skips them).
 
   python benchmarks/placement.py [--models ...] [--n 128]
 
@@ -26,8 +28,11 @@ benchmarks/placement_results.json) and the "Q/DQ placement vs ModelOpt" section 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +46,10 @@ DEFAULT_MODELS = ("digits_cnn", "resnet50_shape", "minilm_l6_v2_text", "silero_v
 TOOLS = ("quantdbg", "modelopt")
 BATCH = 16
 SHOW = 12  # node names listed per difference in RESULTS.md; the JSON has them all
+BUILDERS = Path(os.environ.get("QDBG_BUILDERS", _bench.REPO.parent / "shared" / "models"))
+BUILDER_PYTHON = Path(os.environ.get("QDBG_BUILDER_PYTHON", "/tmp/qdbg_venv/bin/python"))
+EVAL_SCRIPTS = {"digits_cnn": "digits_cnn_train.py", "minilm_l6_v2_text": "minilm_l6_v2_text.py",
+                "silero_vad_16k": "silero_vad_speech.py"}  # the ResNet-50-shaped CNN has random weights
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,6 +201,19 @@ def compare(a: dict, b: dict) -> dict:
             "both": len(set(sa) & set(sb))}
 
 
+def task_metrics(name: str, model: Path) -> dict | None:
+    """The zoo builder's own ``--eval`` of a model (None when there is no builder or venv)."""
+    script = BUILDERS / EVAL_SCRIPTS.get(name, "-")
+    if not script.is_file() or not BUILDER_PYTHON.exists():
+        return None
+    done = subprocess.run([str(BUILDER_PYTHON), str(script), "--eval", str(model)], capture_output=True,
+                          text=True, env={**os.environ, **_bench.ONE_THREAD_ENV})
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1][:200]}
+    last = done.stdout.strip().splitlines()[-1].replace("np.float64(", "(")
+    return {k: round(float(v), 4) for k, v in ast.literal_eval(last).items()}
+
+
 # --------------------------------------------------------------------------------------------
 # parent
 
@@ -215,6 +237,7 @@ def run(args: argparse.Namespace) -> dict:
             if res.status == "ok":
                 entry[tool] = qdq_sites(out, model.onnx)
                 entry[tool]["per_op"] = per_op(entry[tool]["sites"])
+                entry[tool]["task"] = task_metrics(name, out) if args.eval else None
             print(f"{name:>18} {tool:<9} {res.status} {res.result.get('seconds')} s {res.error[:100]}",
                   flush=True)
         if "quantdbg" in entry and "modelopt" in entry:
@@ -223,8 +246,13 @@ def run(args: argparse.Namespace) -> dict:
             dest = model.dir / "modelopt_int8.onnx"
             shutil.copyfile(entry["runs"]["modelopt"]["path"], dest)
             entry["runs"]["modelopt"]["copied_to"] = str(dest)
+        entry["fp32_task"] = task_metrics(name, model.onnx) if args.eval else None
         report["models"][name] = entry
     return report
+
+
+def _fmt(metrics: dict | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in (metrics or {}).items()) or "--"
 
 
 def _names(items: list, limit: int = SHOW) -> str:
@@ -246,7 +274,9 @@ def _model_section(name: str, entry: dict) -> list[str]:
         out.append(f"- {tool}: {t['n_quantize']} QuantizeLinear / {t['n_dequantize']} DequantizeLinear, "
                    f"{len(acts) + len(weights)} quantized node inputs on {len(t['sites'])} nodes "
                    f"(opset {t['opset']}); weights per-channel {sum(w['per_channel'] for w in weights)}"
-                   f"/{len(weights)}; activation zero points {dict(zps)}; {run['seconds']} s.")
+                   f"/{len(weights)}; activation zero points {dict(zps)}; {run['seconds']} s"
+                   + (f"; task metrics {_fmt(t['task'])} (FP32 {_fmt(entry.get('fp32_task'))})"
+                      if t.get("task") else "") + ".")
     out.append("")
     if "compare" not in entry:
         return out
@@ -298,6 +328,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out-dir", default=str(Path(tempfile.gettempdir()) / "qdbg_placement"))
     ap.add_argument("--mem-gib", type=float, default=14.0)
     ap.add_argument("--timeout", type=float, default=1800.0)
+    ap.add_argument("--no-eval", dest="eval", action="store_false",
+                    help="skip the zoo builders' task metrics of each Q/DQ model")
     ap.add_argument("--json", default=str(_bench.HERE / "placement_results.json"))
     ap.add_argument("--md", default=str(_bench.HERE / "RESULTS.md"))
     ap.add_argument("--child", choices=TOOLS, help=argparse.SUPPRESS)

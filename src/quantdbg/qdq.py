@@ -28,7 +28,7 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.config import Precision, QuantConfig
 from quantdbg.errors import ModelError, NotCalibratedError, QuantDbgWarning, unknown
-from quantdbg.model import load_model, name_nodes, save_model, to_graph, to_model
+from quantdbg.model import fits_in_protobuf, load_model, name_nodes, save_model, to_graph, to_model
 
 if TYPE_CHECKING:  # calibrate.py imports this module (plan_qdq); avoid the cycle at run time
     import os
@@ -590,7 +590,7 @@ def _insert_pair(graph: gs.Graph, node: gs.Node, target: QuantTarget, scale: np.
 
 def _checked(model: onnx.ModelProto) -> None:
     try:
-        if model.ByteSize() < 2**31 - 1:
+        if fits_in_protobuf(model):
             onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:  # a bug in quantdbg, not a user error
         raise AssertionError(f"quantdbg produced an invalid ONNX model: {err}") from err

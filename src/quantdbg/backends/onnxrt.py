@@ -15,14 +15,13 @@ import onnx
 
 from quantdbg.backends.base import Runner, RunnerFactory
 from quantdbg.errors import BackendError, ConfigError, QuantDbgError, unknown
-from quantdbg.model import TensorSpec, input_specs, output_specs
+from quantdbg.model import TensorSpec, fits_in_protobuf, input_specs, output_specs
 
 Provider = Literal["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
 PROVIDERS: tuple[str, ...] = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
 OptimizationLevel = Literal["disable", "basic", "extended", "all"]
 _LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
            "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-_TWO_GB = 2**31 - 1
 # ONNX Runtime's message when a provider has no kernel for an op/type combination.
 _NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
 
@@ -162,10 +161,12 @@ class OnnxrtRunner(Runner):
     def _session_source(self, tmp: Path) -> str | bytes:
         if not isinstance(self.model, onnx.ModelProto):
             return str(self.model)
-        if self.model.ByteSize() < _TWO_GB:
+        if fits_in_protobuf(self.model):
             return self.model.SerializeToString()
         path = tmp / "model.onnx"  # protobuf cannot serialise >2 GB: weights go beside the file
-        onnx.save(self.model, str(path), save_as_external_data=True, location="weights.bin")
+        copy = onnx.ModelProto()
+        copy.CopyFrom(self.model)  # onnx.save rewrites the initializers it externalises
+        onnx.save(copy, str(path), save_as_external_data=True, location="weights.bin")
         return str(path)
 
     def _check_providers(self, ort: Any) -> None:
