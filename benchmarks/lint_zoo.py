@@ -236,19 +236,32 @@ def lint_timed(path: Path, repeat: int) -> dict:
             "lint_s": round(statistics.median(times), 3), "lint_min_s": round(min(times), 3)}
 
 
-def add_readers(path: Path, adds: list[str]) -> dict[str, list[str]]:
-    """The op types reading the output of each named Add (to judge ``add-without-producer``)."""
+def add_context(path: Path, adds: list[str]) -> dict[str, dict]:
+    """For each named Add (an ``add-without-producer`` finding): the op types reading its output, and
+    the weighted op reaching a float input through a bias Add (MatMul -> Add(constant) -> this Add)."""
     import onnx
 
     from quantdbg.model import name_nodes
 
     graph = name_nodes(onnx.load(str(path), load_external_data=False)).graph
+    consts = {i.name for i in graph.initializer}
+    producer = {o: node for node in graph.node for o in node.output}
     readers: dict[str, list[str]] = {}
     for node in graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node.op_type)
-    return {node.name: sorted(set(readers.get(node.output[0], [])))
-            for node in graph.node if node.name in adds}
+    out = {}
+    for node in (n for n in graph.node if n.name in adds):
+        via_bias = None
+        for name in node.input:
+            bias_add = producer.get(name)
+            if bias_add is None or bias_add.op_type != "Add" or not any(i in consts for i in bias_add.input):
+                continue
+            weighted = [producer[i].name for i in bias_add.input
+                        if i in producer and producer[i].op_type in WEIGHTED]
+            via_bias = weighted[0] if weighted else via_bias
+        out[node.name] = {"readers": sorted(set(readers.get(node.output[0], []))), "via_bias_add": via_bias}
+    return out
 
 
 def lint_cli(path: Path, json_out: Path, expected: dict) -> dict:
@@ -300,7 +313,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
                     json_out.parent.mkdir(parents=True, exist_ok=True)
                     entry["cli"] = lint_cli(path, json_out, entry["lint"]["report"])
                     adds = entry["lint"]["by_rule"].get("add-without-producer", [])
-                    entry["add_readers"] = add_readers(path, adds) if adds else {}
+                    entry["add_context"] = add_context(path, adds) if adds else {}
             models[name][config] = entry
             lint = entry.get("lint", {})
             print(f"{name:>18} {config:<13} {entry['status']:<7} {lint.get('counts', lint.get('error', ''))} "
@@ -383,7 +396,8 @@ SETTING = (
 COLUMNS = (
     "Columns: Q / DQ = QuantizeLinear / DequantizeLinear nodes; pairs = DequantizeLinear nodes by what "
     "they carry, activation / weight / int32 bias (a weight stored as INT8 has a DQ and no Q); "
-    "weighted outputs Q'd = Conv/Gemm/MatMul nodes whose output feeds a QuantizeLinear; E / W / I = "
+    "weighted outputs Q'd = Conv/Gemm/MatMul nodes whose output feeds a QuantizeLinear (not a fault by "
+    "itself: a projection shortcut Conv read as INT8 by the residual Add fuses); E / W / I = "
     "lint errors / warnings / info; lint s = median of {repeat} `quantdbg.lint.lint(path)` calls in one "
     "process (loading, checker and shape inference included), in parentheses the wall time of one "
     "`quantdbg lint MODEL --json OUT --fail-on never` process (interpreter start included), whose JSON "
@@ -506,8 +520,14 @@ RESIDUAL_ADD = (
     "and the LayerNorm. The lint follows the Developer Guide (an Add fuses into a weighted producer, or "
     "with a Q on its output); which one is right is for a TensorRT engine inspector to settle."
 )
+BIAS_HOP = (
+    "- {name}, {config}: {n} `add-without-producer` findings are Adds with a float input straight from "
+    "a weighted op plus its bias Add (e.g. `{add}` after `{weighted}` -> Add(bias), the way torch exports "
+    "nn.Linear on 3-D inputs). The rule looks one node back, so it does not see the weighted producer; "
+    "TensorRT fuses the bias into the GEMM, so these are likely false positives."
+)
 UNFLAGGED_OUTPUTS = (
-    "- {name}, {config}: {n} weighted-op outputs are quantized right before an activation that "
+    "- {name}, {config}: {n} weighted-op output(s) quantized right before an activation that "
     "TensorRT otherwise fuses into the layer (e.g. `{first}` -> Q/DQ -> {act}); `qdq-on-weighted-output` "
     "does not flag them because it counts the activation as INT8-capable. Whether TensorRT then runs the "
     "activation as a separate INT8 layer is not spelled out by the guide the rule cites; an engine "
@@ -527,8 +547,12 @@ def _caveats(report: dict) -> list[str]:
             if removed:
                 what = ", ".join(f"{n} {op}" for op, n in removed.items())
                 out.append(FOLDED_RELU.format(name=name, config=config, removed=what))
-            into_norm = [add for add, ops in entry.get("add_readers", {}).items()
-                         if "LayerNormalization" in ops]
+            context = entry.get("add_context", {})
+            into_norm = [add for add, c in context.items() if "LayerNormalization" in c["readers"]]
+            via_bias = [(add, c["via_bias_add"]) for add, c in context.items() if c["via_bias_add"]]
+            if via_bias:
+                out.append(BIAS_HOP.format(name=name, config=config, n=len(via_bias), add=via_bias[0][0],
+                                           weighted=via_bias[0][1]))
             if into_norm and config == "modelopt":
                 out.append(RESIDUAL_ADD.format(name=name, config=config, n=len(into_norm),
                                                first=into_norm[0]))
