@@ -207,12 +207,18 @@ def qdq_counts(path: Path, fp32: Path) -> dict:
         acts = [r.op_type for dq in dqs for r in by_input.get(dq.output[0], []) if r.op_type in EPILOGUE_OPS]
         if acts:
             into_activation.append([node.name or node.output[0], acts[0]])
+    from quantdbg.lint import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
+
+    # Readers of a DQ that the lint's op tables do not classify: no rule speaks about them.
+    known = INT8_CAPABLE_OPS | FLOAT_ONLY_OPS | {"DequantizeLinear"}
+    unclassified = Counter(r.op_type for dq in graph.node if dq.op_type == "DequantizeLinear"
+                           for r in by_input.get(dq.output[0], []) if r.op_type not in known)
     changed = {op: ops[op] - before[op] for op in sorted(set(ops) | set(before))
                if ops[op] != before[op] and op not in ("QuantizeLinear", "DequantizeLinear")}
     return {"n_quantize": ops["QuantizeLinear"], "n_dequantize": ops["DequantizeLinear"],
             "pairs": {k: kinds[k] for k in ("activation", "weight", "bias")}, "n_nodes": len(graph.node),
             "weighted_outputs_quantized": weighted_out, "weighted_outputs_into_activation": into_activation,
-            "ops_changed": changed}
+            "ops_changed": changed, "dq_readers_unclassified": dict(sorted(unclassified.items()))}
 
 
 def lint_timed(path: Path, repeat: int) -> dict:
@@ -526,6 +532,11 @@ BIAS_HOP = (
     "nn.Linear on 3-D inputs). The rule looks one node back, so it does not see the weighted producer; "
     "TensorRT fuses the bias into the GEMM, so these are likely false positives."
 )
+UNCLASSIFIED = (
+    "- {name}, {config}: DequantizeLinear outputs are read by ops the lint lists neither as INT8-capable "
+    "nor as float-only ({ops}), so no rule looks at them; an LSTM/GRU/RNN among them has no INT8 "
+    "kernel in TensorRT and is a missed `dq-into-float-op`."
+)
 UNFLAGGED_OUTPUTS = (
     "- {name}, {config}: {n} weighted-op output(s) quantized right before an activation that "
     "TensorRT otherwise fuses into the layer (e.g. `{first}` -> Q/DQ -> {act}); `qdq-on-weighted-output` "
@@ -556,6 +567,9 @@ def _caveats(report: dict) -> list[str]:
             if into_norm and config == "modelopt":
                 out.append(RESIDUAL_ADD.format(name=name, config=config, n=len(into_norm),
                                                first=into_norm[0]))
+            if entry["dq_readers_unclassified"]:
+                ops = ", ".join(f"{op} {n}" for op, n in entry["dq_readers_unclassified"].items())
+                out.append(UNCLASSIFIED.format(name=name, config=config, ops=ops))
             flagged = set(lint["by_rule"].get("qdq-on-weighted-output", []))
             missed = [(n, act) for n, act in entry["weighted_outputs_into_activation"] if n not in flagged]
             if missed:
