@@ -63,6 +63,9 @@ FLOAT_ONLY_OPS = frozenset({
     "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Ceil",
     "Floor", "Abs", "Neg", "Celu", "Resize", "Upsample", "Einsum", "TopK", "CumSum", "ArgMax", "ArgMin",
     "GridSample", "RoiAlign",
+    # Recurrent layers have no INT8 implementation in TensorRT: a DQ into them only adds a
+    # reformat. Mul is left unclassified on purpose (TensorRT fuses some pointwise Muls).
+    "LSTM", "GRU", "RNN",
 })
 """Compute ops operators.md lists with FP32/FP16 only and no Q/DQ fusion: a DequantizeLinear
 feeding one of them cannot fuse and runs as its own layer."""

@@ -177,3 +177,23 @@ def test_onnxruntime_uint8_activations_are_errors(tmp_path):
 
     found = _by_rule(lint(_ort_quantize(tmp_path, activation_type=QuantType.QUInt8)))
     assert any("uses uint8" in f.message for f in found["non-int8-qdq-type"])
+
+
+def test_dequantized_input_into_an_lstm_is_flagged():
+    # TensorRT has no INT8 LSTM: a DQ feeding one only adds a reformat layer.
+    from onnx import TensorProto, helper, numpy_helper
+
+    from quantdbg.lint import lint
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "zp"),
+             numpy_helper.from_array(rng.standard_normal((1, 64, 8), dtype=np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((1, 64, 16), dtype=np.float32), "R")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq"),
+             helper.make_node("LSTM", ["xd", "W", "R"], ["y"], name="lstm", hidden_size=16)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1, 1, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    findings = lint(model).findings
+    assert [(f.rule, f.node) for f in findings] == [("dq-into-float-op", "lstm")]
