@@ -332,7 +332,7 @@ def _targets(index: dict, models: list[str], ns: list[int]) -> list[str]:
     the floor, >= 2x faster than ModelOpt entropy, peak RSS flat from the smallest to the largest N."""
     lo, hi = ns[0], ns[-1]
     out = [f"Targets at N={hi}, judged on wall time and on CPU time (ratio to floor; speed-up = ModelOpt "
-           f"entropy time / quantdbg entropy time; RSS growth = the largest quantdbg peak-RSS growth from "
+           f"entropy time / quantdbg entropy time; RSS growth = each quantdbg method's peak-RSS growth from "
            f"N={lo} to N={hi}, minus the floor's own growth, which is the samples themselves):", ""]
     for name in models:
         parts = []
@@ -347,20 +347,22 @@ def _targets(index: dict, models: list[str], ns: list[int]) -> list[str]:
             parts.append("speed-up vs ModelOpt entropy >= 2x: " + _verdict(wall, cpu, lambda r: r >= 2))
         growth = _rss_growth(index, name, lo, hi)
         if growth is not None:
-            parts.append(f"RSS growth {growth:+.0f} MiB")
+            parts.append(f"RSS growth {growth}")
         out.append(f"- {name}: " + "; ".join(parts) if parts else f"- {name}: not measured")
     return [*out, ""]
 
 
-def _rss_growth(index: dict, name: str, lo: int, hi: int) -> float | None:
-    """Largest peak-RSS growth over the quantdbg methods, net of the floor's own growth."""
+def _rss_growth(index: dict, name: str, lo: int, hi: int) -> str | None:
+    """Peak-RSS growth of each quantdbg method from ``lo`` to ``hi`` samples, net of the floor's own
+    growth (the samples themselves)."""
     floor_lo, floor_hi = index.get((name, lo, "floor@qdbg")), index.get((name, hi, "floor@qdbg"))
     if lo == hi or not floor_lo or not floor_hi:
         return None
     data = floor_hi["peak_rss_mib"] - floor_lo["peak_rss_mib"]
-    growth = [index[(name, hi, c)]["peak_rss_mib"] - index[(name, lo, c)]["peak_rss_mib"] - data
-              for c in QDBG_METHODS if (name, lo, c) in index and (name, hi, c) in index]
-    return max(growth) if growth else None
+    rss = {key: r["peak_rss_mib"] for key, r in index.items()}
+    growth = {QDBG_METHODS[c]: rss[(name, hi, c)] - rss[(name, lo, c)] - data
+              for c in QDBG_METHODS if (name, lo, c) in rss and (name, hi, c) in rss}
+    return ", ".join(f"{m} {g:+.0f} MiB" for m, g in growth.items()) or None
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -27,3 +27,11 @@ def zoo_model():
             pytest.skip(f"zoo model {name!r} not built at {folder} (see ../shared/models/README.md)")
         return folder
     return get
+
+
+def pytest_collection_modifyitems(config, items):
+    # Any test that asks for the zoo is a zoo test, whether or not its author marked it, so the
+    # default run (`-m "not slow and not zoo"`) never depends on what a machine happens to hold.
+    for item in items:
+        if "zoo_model" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.zoo)

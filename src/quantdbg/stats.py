@@ -394,6 +394,10 @@ def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
 def _session(model: onnx.ModelProto, options: Any) -> Any:
     import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.stats` cheap
 
+    if options is None:
+        # Scales must not change from run to run: ask ORT for its deterministic kernels.
+        options = ort.SessionOptions()
+        options.use_deterministic_compute = True
     try:
         return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                     providers=["CPUExecutionProvider"])
