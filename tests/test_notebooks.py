@@ -29,7 +29,6 @@ def _outputs(nb, kind: str) -> list:
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == kind]
 
 
-@pytest.mark.slow
 def test_notebook_runs_without_errors_and_its_summary_holds(executed):
     assert _outputs(executed, "error") == []
     summary = json.loads(executed.cells[-1].outputs[-1].text)
@@ -48,7 +47,6 @@ def test_notebook_runs_without_errors_and_its_summary_holds(executed):
     assert not math.isnan(summary["mixed_sqnr_db"])
 
 
-@pytest.mark.slow
 def test_notebook_displays_the_reports_inline(executed):
     shown = _outputs(executed, "display_data") + _outputs(executed, "execute_result")
     html = [o.data["text/html"] for o in shown if "text/html" in o.data]

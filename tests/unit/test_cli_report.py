@@ -87,7 +87,6 @@ def test_demo_rejects_bad_threads(capsys):
     assert "--threads must be >= 0, got -1." in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_demo_prints_the_table_and_the_report_path(tmp_path, capsys):
     out = tmp_path / "new" / "demo"
     assert main(["demo", "--out", str(out), "--threads", "1", "--no-progress"]) == 0

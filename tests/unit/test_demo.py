@@ -65,7 +65,6 @@ def test_run_demo_refuses_a_missing_folder(tmp_path):
         run_demo(tmp_path / "nope")
 
 
-@pytest.mark.slow
 def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
     result = run_demo(tmp_path, min_sqnr_db=40.0, threads=1)
     fp32, int8, mixed = result.scores
