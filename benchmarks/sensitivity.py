@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import sys
 import time
@@ -83,6 +84,20 @@ def run_mode(task: ZooTask, qmodel: QuantizedModel, mode: str, work: Path,
     return report, resumed
 
 
+def bracketed(task: ZooTask, qmodel: QuantizedModel, mode: str) -> dict:
+    """Times ``mode`` between two FP32 passes (fresh run, no results file), so its ratio to the FP32
+    pass is measured under the same machine load."""
+    metric = SETTINGS[task.name][2] if mode in ("isolated", "leave-one-out") else "sqnr"
+    before = fp32_pass_seconds(task, qmodel, repeats=1)
+    start = time.perf_counter()
+    analyze_sensitivity(task.model, qmodel, task.eval, mode=mode, metric=metric, runner_factory=ONE_THREAD,
+                        evidence=False)
+    seconds = time.perf_counter() - start
+    after = fp32_pass_seconds(task, qmodel, repeats=1)
+    return {"seconds": round(seconds, 1), "fp32_s": round((before + after) / 2, 2),
+            "x_fp32": round(2 * seconds / (before + after), 2)}
+
+
 def spearman(a: SensitivityReport, b: SensitivityReport) -> float:
     """Spearman correlation of two reports' scores over the same layers."""
     from scipy.stats import spearmanr
@@ -95,7 +110,12 @@ def benchmark(name: str, work: Path, modes: list[str]) -> dict:
     """Every measurement for one model."""
     task = load_task(name, work)
     qmodel = quantized(task, work)
-    base = fp32_pass_seconds(task, qmodel)
+    cached = work / f"{name}_fp32_pass_seconds.txt"  # measured with the modes, reused on reruns
+    if cached.exists():
+        base = float(cached.read_text())
+    else:
+        base = fp32_pass_seconds(task, qmodel)
+        cached.write_text(f"{base}\n")
     logging.info("%s: FP32 pass %.1f s, %d layers", name, base, len(qmodel.layers))
     row: dict = {"model": name, "layers": len(qmodel.layers), "fp32_pass_s": round(base, 2), "modes": {}}
     reports = {}
@@ -105,6 +125,9 @@ def benchmark(name: str, work: Path, modes: list[str]) -> dict:
         row["modes"][mode] = {"seconds": round(report.seconds, 1), "x_fp32": round(report.seconds / base, 2),
                               "passes": report.n_passes, "resumed": resumed, "top5": list(report.top(5))}
         logging.info("%s %s: %.1f s = %.2fx FP32", name, mode, report.seconds, report.seconds / base)
+    for mode in modes:  # the one-pass modes are timed again between two FP32 passes; sweeps once
+        if mode in ("local", "cumulative") or base < 5:
+            row["modes"][mode]["bracketed"] = bracketed(task, qmodel, mode)
     if "local" in modes:
         report, _ = run_mode(task, qmodel, "local", work, evidence=True)
         row["local_with_evidence_x_fp32"] = round(report.seconds / base, 2)
@@ -112,7 +135,17 @@ def benchmark(name: str, work: Path, modes: list[str]) -> dict:
         row["spearman_local_isolated"] = round(spearman(reports["local"], reports["isolated"]), 3)
     if "leave-one-out" in reports and "isolated" in reports:
         row["spearman_loo_isolated"] = round(spearman(reports["leave-one-out"], reports["isolated"]), 3)
+    if "cumulative" in reports and "isolated" in reports:
+        row["spearman_cumulative_isolated"] = round(spearman(reports["cumulative"], reports["isolated"]), 3)
+    row["load_average"] = round(os.getloadavg()[0], 1)
     return row
+
+
+def _cell(mode: dict) -> str:
+    if "bracketed" in mode:
+        b = mode["bracketed"]
+        return f"{b['x_fp32']}x ({b['seconds']} s vs {b['fp32_s']} s)"
+    return f"{mode['x_fp32']}x ({mode['seconds']} s; {mode['passes']} passes)*"
 
 
 def markdown(rows: list[dict], command: str) -> str:
@@ -121,12 +154,16 @@ def markdown(rows: list[dict], command: str) -> str:
     lines = ["## Sensitivity analysis: cost of each mode and rank fidelity", "",
              f"Command: `{command}` ({platform.machine()}, {platform.python_version()}, one ONNX Runtime "
              "thread, evidence off unless stated). Time of each mode as a multiple of one FP32 ONNX Runtime "
-             "pass over the same eval set (target for `local`: <= 3x).", "",
+             "pass over the same eval set (target for `local`: <= 3x). The machine (2 cores) was shared "
+             "with other jobs; 1-minute load average at the end of each model's run: "
+             + ", ".join(f"{r['model']} {r.get('load_average', '?')}" for r in rows) + ".", "",
+             "Each cell: mode time / FP32 pass time (mode seconds vs the mean of one FP32 pass just "
+             "before and just after it). `*`: a long sweep timed once, against the FP32 pass measured "
+             "when the model's run started.", "",
              "| model | layers | FP32 pass (s) | " + " | ".join(modes) + " | local + evidence |",
              "|---|---|---|" + "---|" * len(modes) + "---|"]
     for r in rows:
-        cells = [f"{r['modes'][m]['x_fp32']}x ({r['modes'][m]['seconds']} s)" if m in r["modes"] else "-"
-                 for m in modes]
+        cells = [_cell(r["modes"][m]) if m in r["modes"] else "-" for m in modes]
         lines.append(f"| {r['model']} | {r['layers']} | {r['fp32_pass_s']} | " + " | ".join(cells)
                      + f" | {r.get('local_with_evidence_x_fp32', '-')}x |")
     lines += ["", "Rank fidelity (Spearman correlation of the per-layer scores, scipy.stats.spearmanr):", ""]
@@ -135,7 +172,9 @@ def markdown(rows: list[dict], command: str) -> str:
             continue
         lines += [f"- **{r['model']}**: local vs isolated rho = {r['spearman_local_isolated']}"
                   + (f"; leave-one-out vs isolated rho = {r['spearman_loo_isolated']}"
-                     if "spearman_loo_isolated" in r else ""),
+                     if "spearman_loo_isolated" in r else "")
+                  + (f"; cumulative vs isolated rho = {r['spearman_cumulative_isolated']}"
+                     if "spearman_cumulative_isolated" in r else ""),
                   f"  - local top-5: {', '.join(f'`{n}`' for n in r['modes']['local']['top5'])}",
                   f"  - isolated top-5: {', '.join(f'`{n}`' for n in r['modes']['isolated']['top5'])}"]
     return "\n".join(lines) + "\n"
@@ -151,7 +190,11 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
     rows = [benchmark(name, args.work, args.modes) for name in args.models]
-    (args.work / "sensitivity_rows.json").write_text(json.dumps(rows, indent=2))
+    saved = args.work / "sensitivity_rows.json"  # rows of models not run this time are kept
+    old = json.loads(saved.read_text()) if saved.exists() else []
+    old = [r for r in old if r["model"] not in args.models]
+    rows = old + rows
+    saved.write_text(json.dumps(rows, indent=2))
     print(json.dumps(rows, indent=2))
     if not args.no_write:
         write_section("quantdbg:sensitivity", markdown(rows, "python benchmarks/sensitivity.py"))

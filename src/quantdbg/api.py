@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import onnx
 
+from quantdbg.calibrate import calibrate_loaded
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData, CalibrationData, DataSource, as_data
 from quantdbg.errors import DataError
@@ -44,8 +45,6 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
         ConfigError: A calibrator name or setting is invalid.
         NotCalibratedError: A planned activation received no range.
     """
-    from quantdbg.calibrate import calibrate_loaded  # the heavy statistics stack loads on first use
-
     fp_model = name_nodes(load_model(model))
     feeds = _as_feeds(data, fp_model, batch_size)
     plan = plan_qdq(fp_model, quant)

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Union
+from typing import Any
 
 from quantdbg.errors import ConfigError
 
-CalibratorSpec = Union[str, Any]
+CalibratorSpec = str | Any
 """A registered calibrator name, or an instance of a registered calibrator's config class."""
 
 DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class FeedList:
         return len(self.feeds)
 
 
-DataSource = Union[str, os.PathLike, Mapping[str, np.ndarray], CalibrationData, Iterable[Feed]]
+DataSource = str | os.PathLike | Mapping[str, np.ndarray] | CalibrationData | Iterable[Feed]
 
 
 def load_npz(path: str | os.PathLike, batch_size: int | None = 32, limit: int | None = None,
@@ -198,7 +198,7 @@ def _check_array(array: np.ndarray, spec: TensorSpec, where: str) -> np.ndarray:
     if array.ndim != len(spec.shape):
         raise DataError(f"{where}: input {spec.name!r} expects rank {len(spec.shape)} {_shape(spec)}, "
                         f"got shape {array.shape}.")
-    for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
+    for axis, (want, got) in enumerate(zip(spec.shape, array.shape, strict=False)):
         if isinstance(want, int) and want > 0 and want != got:
             raise DataError(f"{where}: input {spec.name!r} expects {want} on axis {axis} "
                             f"{_shape(spec)}, got shape {array.shape}.")

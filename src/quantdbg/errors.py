@@ -41,7 +41,8 @@ class QuantDbgWarning(UserWarning):
     """Something is suspicious but the run can continue (e.g. an all-zero tensor)."""
 
 
-def unknown(kind: str, name: str, known: Collection[str], error: type[QuantDbgError] = ModelError) -> QuantDbgError:
+def unknown(kind: str, name: str, known: Collection[str],
+            error: type[QuantDbgError] = ModelError) -> QuantDbgError:
     """Builds the error for an unknown name, suggesting close matches.
 
     Args:

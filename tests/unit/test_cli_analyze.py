@@ -77,7 +77,8 @@ def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
     build = json.loads(plan_path.read_text())["tensorrt"]["build"]
     assert build["spec"]["fallback_nodes"] == ["fc2"]
     assert build["spec"]["shapes"]["x"] == {"min": [12, 16], "opt": [12, 16], "max": [12, 16]}  # eval.npz
-    assert f"--onnx={mixed}" in build["commands"]["trtexec"] and "--stronglyTyped" in build["commands"]["trtexec"]
+    assert f"--onnx={mixed}" in build["commands"]["trtexec"]
+    assert "--stronglyTyped" in build["commands"]["trtexec"]
 
 
 def test_fallback_with_an_evaluation_command(files, capsys, tmp_path):

@@ -1,10 +1,10 @@
 """Data adapters and feed checks: batching, re-iteration, and error messages."""
 from __future__ import annotations
 
+import models
 import numpy as np
 import pytest
 
-import models
 from quantdbg.data import ArrayData, FeedList, as_data, check_feed, load_npz
 from quantdbg.errors import DataError
 from quantdbg.model import input_specs, load_model
@@ -28,7 +28,7 @@ def test_generator_is_materialised_so_every_pass_sees_the_same_batches(rng):
     data = as_data(feeds)
     first, second = [f["x"] for f in data], [f["x"] for f in data]
     assert len(first) == 3
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(a, b)
     assert len({id(f) for f in data}) == 3  # one dict per feed, never [{}] * n
 
@@ -52,7 +52,8 @@ def test_npz_with_pickled_objects_is_refused(tmp_path):
     ({}, r"calibration batch 3 lacks model input 'x'"),
     ({"x": np.zeros((1, 3, 8, 8), np.float32), "z": np.zeros(1)}, r"has 'z', which is not a model input"),
     ({"x": np.zeros((1, 3, 8, 8), np.float64)}, r"input 'x' expects dtype float32, got float64"),
-    ({"x": np.zeros((3, 8, 8), np.float32)}, r"input 'x' expects rank 4 \(N, 3, 8, 8\), got shape \(3, 8, 8\)"),
+    ({"x": np.zeros((3, 8, 8), np.float32)},
+     r"input 'x' expects rank 4 \(N, 3, 8, 8\), got shape \(3, 8, 8\)"),
     ({"x": np.zeros((2, 4, 8, 8), np.float32)}, r"input 'x' expects 3 on axis 1"),
 ])
 def test_check_feed_names_input_expected_and_found(specs, feed, message):

@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from quantdbg.errors import (BackendError, ConfigError, DataError, MissingDependencyError, ModelError,
-                             QuantDbgError, unknown)
+from quantdbg.errors import (
+    BackendError,
+    ConfigError,
+    DataError,
+    MissingDependencyError,
+    ModelError,
+    QuantDbgError,
+    unknown,
+)
 
 
 @pytest.mark.parametrize("cls, builtin", [

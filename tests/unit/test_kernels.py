@@ -104,14 +104,55 @@ def test_scan_minmax_counts_nonfinite_without_histogram():
 
 def test_scan_falls_back_to_numpy_without_numba(monkeypatch, rng):
     x = _tricky(rng)
+    gate = K._NumbaGate()
+    monkeypatch.setattr(K, "_NUMBA", gate)
+    monkeypatch.setattr(K, "_WARMUP_AFTER_BYTES", 0)  # past the threshold from the first call
     monkeypatch.setattr(K, "numba_available", lambda: False)
     monkeypatch.setattr(K, "scan_numba", lambda *a: pytest.fail("numba path used"))
-    hist = np.zeros(BINS, np.int64)
-    K.scan(x, hist, K.EXPONENT_UNSET)
-    np.testing.assert_array_equal(hist, _reference(x)[0])
+    hist, exponent = np.zeros(BINS, np.int64), K.EXPONENT_UNSET
+    exponent = K.scan(x, hist, exponent).exponent
+    gate._loader.join(timeout=60)
+    K.scan(x, hist, exponent)
+    assert gate.kernel is None
+    np.testing.assert_array_equal(hist, 2 * _reference(x)[0])
 
 
 def test_all_zero_input_stays_in_bin_zero():
     hist = np.zeros(BINS, np.int64)
     found = K.scan(np.zeros(100, np.float32), hist, K.EXPONENT_UNSET)
     assert found.exponent == K.EXPONENT_UNSET and hist[0] == 100 and hist.sum() == 100
+
+
+@pytest.mark.parametrize("impl", ["numpy", "numba"])
+def test_scan_of_subnormal_values_matches_oracle(impl, rng):
+    # The range exponent is about -130 here, so the bin scale 2**(12+130) is outside float32.
+    if impl == "numba":
+        pytest.importorskip("numba")
+    scan = K.scan_numba if impl == "numba" else K.scan_numpy
+    x = (rng.standard_normal(5_000) * 1e-39).astype(np.float32)
+    hist = np.zeros(BINS, np.int64)
+    found = scan(x, hist, K.EXPONENT_UNSET)
+    counts, limit = _reference(x)
+    assert math.ldexp(1.0, found.exponent) == limit < 2.0**-120
+    np.testing.assert_array_equal(hist, counts)
+
+
+def test_scan_loads_numba_only_after_enough_data(monkeypatch, rng):
+    pytest.importorskip("numba")
+    gate = K._NumbaGate()
+    monkeypatch.setattr(K, "_NUMBA", gate)
+    monkeypatch.setattr(K, "_WARMUP_AFTER_BYTES", 3 * 4 * 1000)
+    used = []
+    real_numba = K.scan_numba
+    monkeypatch.setattr(K, "scan_numba", lambda *a: used.append("numba") or real_numba(*a))
+    x = _tricky(rng, 1000)
+    hist, exponent = np.zeros(BINS, np.int64), K.EXPONENT_UNSET
+    for _ in range(2):  # 2 x 4 KB: below the threshold, NumPy only, nothing loading
+        exponent = K.scan(x, hist, exponent).exponent
+    assert used == [] and gate._loader is None
+    exponent = K.scan(x, hist, exponent).exponent  # crosses it: the loader starts, NumPy still scans
+    assert used == [] and gate._loader is not None
+    gate._loader.join(timeout=120)
+    exponent = K.scan(x, hist, exponent).exponent
+    assert used == ["numba"]
+    np.testing.assert_array_equal(hist, _reference(np.concatenate([x] * 4))[0])

@@ -1,12 +1,12 @@
 """load_model: validation, opset conversion, quantized-input detection, external data, atomic save."""
 from __future__ import annotations
 
+import models
 import numpy as np
 import onnx
 import pytest
 from onnx import helper
 
-import models
 from quantdbg.errors import ModelError
 from quantdbg.model import input_specs, load_model, name_nodes, quantized_nodes, save_model
 
@@ -60,7 +60,8 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path):
             if entry.key == "location":
                 entry.value = "../w.bin"
     (inner / "evil.onnx").write_bytes(m.SerializeToString())  # onnx.save would rewrite the data
-    with pytest.raises(ModelError, match=r"points to external data '\.\./w\.bin', outside the model's folder"):
+    with pytest.raises(ModelError,
+                       match=r"points to external data '\.\./w\.bin', outside the model's folder"):
         load_model(inner / "evil.onnx")
     loaded = load_model(inner / "m.onnx")  # data beside the model loads
     w = {i.name: onnx.numpy_helper.to_array(i) for i in loaded.graph.initializer}

@@ -10,7 +10,8 @@ from quantdbg import _optional, _progress
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_items_pass_through_and_nothing_is_printed(enabled, capsys):
-    assert list(_progress.track(iter(range(5)), total=5, desc="calibration", enabled=enabled)) == list(range(5))
+    tracked = _progress.track(iter(range(5)), total=5, desc="calibration", enabled=enabled)
+    assert list(tracked) == list(range(5))
     assert capsys.readouterr().out == ""
 
 

@@ -47,7 +47,8 @@ class Runner(abc.ABC):
             self._deactivate()
             self.is_active = False
 
-    def infer(self, feed: Mapping[str, np.ndarray], outputs: list[str] | None = None) -> dict[str, np.ndarray]:
+    def infer(self, feed: Mapping[str, np.ndarray],
+              outputs: list[str] | None = None) -> dict[str, np.ndarray]:
         """Checks ``feed`` against the model's inputs, runs it, and returns outputs by name.
 
         Args:
