@@ -176,8 +176,13 @@ def markdown(rows: list[dict], command: str) -> str:
                   + (f"; cumulative vs isolated rho = {r['spearman_cumulative_isolated']}"
                      if "spearman_cumulative_isolated" in r else ""),
                   f"  - local top-5: {', '.join(f'`{n}`' for n in r['modes']['local']['top5'])}",
-                  f"  - isolated top-5: {', '.join(f'`{n}`' for n in r['modes']['isolated']['top5'])}"]
+                  f"  - isolated top-5: {', '.join(f'`{n}`' for n in r['modes']['isolated']['top5'])}",
+                  f"  - in both top-5 lists: {_overlap(r, 'local', 'isolated')} of 5"]
     return "\n".join(lines) + "\n"
+
+
+def _overlap(row: dict, a: str, b: str) -> int:
+    return len(set(row["modes"][a]["top5"]) & set(row["modes"][b]["top5"]))
 
 
 def main() -> None:
@@ -186,11 +191,16 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--work", type=Path, default=Path("/tmp/qdbg_sensitivity"))
     parser.add_argument("--no-write", action="store_true", help="Do not touch RESULTS.md.")
+    parser.add_argument("--report-only", action="store_true", help="Rewrite RESULTS.md from saved rows.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
-    rows = [benchmark(name, args.work, args.modes) for name in args.models]
     saved = args.work / "sensitivity_rows.json"  # rows of models not run this time are kept
+    if args.report_only:
+        write_section("quantdbg:sensitivity", markdown(json.loads(saved.read_text()),
+                                                       "python benchmarks/sensitivity.py"))
+        return
+    rows = [benchmark(name, args.work, args.modes) for name in args.models]
     old = json.loads(saved.read_text()) if saved.exists() else []
     old = [r for r in old if r["model"] not in args.models]
     rows = old + rows

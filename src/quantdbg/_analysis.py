@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from quantdbg.errors import ModelError
+from quantdbg.model import UniqueNames
 from quantdbg.qdq import QdqRecord, QuantizedModel
 
 ENABLE_PREFIX = "quantdbg_enable/"
@@ -29,24 +30,6 @@ LOCAL_SUFFIX = "/quantdbg_local"
 REDUCTIONS = ("signal", "noise", "test", "max", "min", "count")
 """The scalars reported per compared tensor: sum r^2, sum (t-r)^2, sum t^2, max (t-r), min (t-r)
 (float32) and the element count (int64)."""
-
-
-class _Names:
-    """Fresh, deterministic names that collide with nothing in the model."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        graph = model.graph
-        self.used = {n.name for n in graph.node} | {i.name for i in graph.initializer}
-        self.used |= {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
-        self.used |= {t for n in graph.node for t in (*n.input, *n.output)}
-
-    def __call__(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.used:
-            n += 1
-            name = f"{base}_{n}"
-        self.used.add(name)
-        return name
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -122,7 +105,7 @@ def _fp32_weight(fp_model: onnx.ModelProto, record: QdqRecord) -> np.ndarray:
 
 
 def _fp_source(qmodel: QuantizedModel, fp_model: onnx.ModelProto, record: QdqRecord,
-               nodes: Mapping[str, onnx.NodeProto], names: _Names,
+               nodes: Mapping[str, onnx.NodeProto], names: UniqueNames,
                added: list[onnx.TensorProto]) -> str:
     """Name of the FP32 tensor a record's pair quantizes, inside the Q/DQ model."""
     if record.quantize_node is not None:
@@ -221,7 +204,7 @@ def _clamps_negatives(record: QdqRecord, zero_dtype: np.dtype | None) -> bool:
 
 
 def _switch_node(record: QdqRecord, switch: str, source: str, quantized: onnx.NodeProto | str,
-                 q_node: onnx.NodeProto | None, out: str, names: _Names, elem_type: int,
+                 q_node: onnx.NodeProto | None, out: str, names: UniqueNames, elem_type: int,
                  zero_dtype: np.dtype | None) -> onnx.NodeProto:
     """``If(switch)``: the quantized value (a folded constant, or Q/DQ computed only when on), else
     the FP32 source. Unlike ``Where`` the off branch never runs Q/DQ and a branch costs one copy."""
@@ -268,7 +251,7 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
         ModelError: A record does not match the model.
     """
     model = _copy(qmodel.model)
-    names = _Names(model)
+    names = UniqueNames.of_model(model)
     nodes = _nodes_by_name(model)
     types = float_value_types(model)
     switches = {layer: names(f"{ENABLE_PREFIX}{layer}") for layer in qmodel.layers}
@@ -335,7 +318,7 @@ class LocalGraph:
 
 
 def _qdq_nodes(qmodel: QuantizedModel, record: QdqRecord, source: str, amax: float | None,
-               names: _Names) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
+               names: UniqueNames) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto], str]:
     """Q/DQ of ``source`` with the record's parameters (or a symmetric ``amax``)."""
     base = f"{record.node}/input{record.input_index}{LOCAL_SUFFIX}"
     zp_dtype = _zero_point_dtype(qmodel, record)
@@ -359,7 +342,7 @@ def _qdq_nodes(qmodel: QuantizedModel, record: QdqRecord, source: str, amax: flo
 
 
 def _local_weight(qmodel: QuantizedModel, record: QdqRecord, q_nodes: Mapping[str, onnx.NodeProto],
-                  names: _Names, inits: list[onnx.TensorProto]) -> str | None:
+                  names: UniqueNames, inits: list[onnx.TensorProto]) -> str | None:
     """Adds the record's fake-quantized weight as a constant; None when it is not constant."""
     q = q_nodes.get(record.quantize_node) if record.quantize_node else None
     values = _folded_weight(qmodel.model, record, q_nodes, q.input[0] if q is not None else "")
@@ -378,7 +361,7 @@ def _zero_point_dtype(qmodel: QuantizedModel, record: QdqRecord) -> np.dtype:
     return np.dtype(np.int8)
 
 
-def _reductions(ref: str, test: str, names: _Names,
+def _reductions(ref: str, test: str, names: UniqueNames,
                 base: str) -> tuple[list[onnx.NodeProto], tuple[str, ...]]:
     """The :data:`REDUCTIONS` of a test tensor against its reference.
 
@@ -421,7 +404,7 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
         ModelError: A layer is not a node of ``fp_model``.
     """
     model = _copy(fp_model)
-    names = _Names(model)
+    names = UniqueNames.of_model(model)
     fp_nodes = _nodes_by_name(model)
     extra_nodes: dict[str, list[onnx.NodeProto]] = {}
     inits: list[onnx.TensorProto] = []
@@ -563,7 +546,7 @@ def paired_graph(fp_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     model.graph.value_info.extend(quant.graph.value_info)
     model.graph.input.extend(i for i in quant.graph.input if i.name not in shared)
     model.graph.output.extend(quant.graph.output)
-    names = _Names(model)
+    names = UniqueNames.of_model(model)
     reductions: dict[str, tuple[str, ...]] = {}
     for fp_name, q_name in pairs.items():
         nodes, outs = _reductions(fp_name, rename.get(q_name, q_name), names, f"quantdbg_pair/{fp_name}")

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from quantdbg._analysis import LocalVariant, fp32_weight, local_graph
-from quantdbg.errors import NotCalibratedError, QuantDbgWarning
+from quantdbg.errors import QuantDbgWarning
 from quantdbg.metrics import float_from_json, float_to_json
 from quantdbg.qdq import QMAX, QdqRecord, QuantizedModel
 from quantdbg.stats import TensorStats
@@ -147,20 +147,9 @@ def outlier_ratio(stats: TensorStats) -> float | None:
 
 def candidate_ranges(stats: TensorStats) -> dict[str, float]:
     """Registered calibrator -> amax it chooses for ``stats`` (histogram calibrators need a histogram)."""
-    from quantdbg.calibrators import available_calibrators, get_calibrator
+    from quantdbg.calibrators.base import calibrator_amaxes
 
-    found: dict[str, float] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", QuantDbgWarning)
-        for name in available_calibrators():
-            calibrator = get_calibrator(name)
-            if getattr(calibrator, "needs_histogram", False) and stats.hist is None:
-                continue
-            try:
-                found[name] = float(calibrator.compute(stats).amax)
-            except NotCalibratedError:
-                continue
-    return found
+    return calibrator_amaxes(stats)
 
 
 def calibrator_variants(qmodel: QuantizedModel, layers: Sequence[str],

@@ -5,16 +5,13 @@ The pieces (:func:`quantdbg.qdq.plan_qdq`, :func:`quantdbg.calibrate.calibrate`,
 """
 from __future__ import annotations
 
-import onnx
-
 from quantdbg.calibrate import calibrate_loaded
 from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.data import ArrayData, CalibrationData, DataSource, as_data
-from quantdbg.errors import DataError
-from quantdbg.model import ModelSource, input_specs, load_model, name_nodes
+from quantdbg.data import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE  # still importable from here
+from quantdbg.data import DataSource, as_model_data
+from quantdbg.model import ModelSource, load_model, name_nodes
 from quantdbg.qdq import QuantizedModel, insert_qdq_loaded, plan_qdq
 
-DEFAULT_BATCH_SIZE = 32
 _DEFAULT_CALIB = CalibConfig()
 _DEFAULT_QUANT = QuantConfig()
 
@@ -46,16 +43,8 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
         NotCalibratedError: A planned activation received no range.
     """
     fp_model = name_nodes(load_model(model))
-    feeds = _as_feeds(data, fp_model, batch_size)
+    feeds = as_model_data(data, fp_model, batch_size)
     plan = plan_qdq(fp_model, quant)
     result = calibrate_loaded(fp_model, feeds, plan, calib, progress=progress)
     return insert_qdq_loaded(fp_model, result, quant, plan=plan)
 
-
-def _as_feeds(data: DataSource, model: onnx.ModelProto, batch_size: int | None) -> CalibrationData:
-    if batch_size is not None and batch_size < 1:
-        raise DataError(f"batch_size must be >= 1, got {batch_size}.")
-    feeds = as_data(data, batch_size or DEFAULT_BATCH_SIZE, inputs=list(input_specs(model)))
-    if batch_size is not None and isinstance(feeds, ArrayData) and feeds.batch_size != batch_size:
-        feeds = feeds.with_batch_size(batch_size)
-    return feeds

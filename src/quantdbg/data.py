@@ -9,14 +9,20 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from quantdbg.errors import DataError
-from quantdbg.model import TensorSpec
+from quantdbg.model import TensorSpec, input_specs
+
+if TYPE_CHECKING:
+    import onnx
 
 Feed = Mapping[str, np.ndarray]
+
+DEFAULT_BATCH_SIZE = 32
+"""Samples per feed when arrays or an ``.npz`` are batched and the caller chose no size."""
 
 
 @runtime_checkable
@@ -164,6 +170,36 @@ def as_data(source: DataSource, batch_size: int | None = 32,
         return FeedList(source) if isinstance(source, (list, tuple)) else source
     raise DataError(f"Unsupported data of type {type(source).__name__}; pass an .npz path, a dict of "
                     "arrays, or an iterable of feed dicts.")
+
+
+def as_model_data(source: DataSource, model: onnx.ModelProto,
+                  batch_size: int | None = None) -> CalibrationData:
+    """:func:`as_data` for a loaded model's inputs, re-batched when the caller chose a size.
+
+    Args:
+        source: Anything :func:`as_data` accepts.
+        model: The loaded model; only its (non-initializer) input names are read from an ``.npz``.
+        batch_size: Samples per feed for paths and arrays (None: :data:`DEFAULT_BATCH_SIZE`).
+            Ready feeds keep their own batches.
+
+    Returns:
+        Data that can be iterated more than once.
+
+    Raises:
+        DataError: ``batch_size`` is below 1, or the source is empty or of an unsupported type.
+    """
+    if batch_size is not None and batch_size < 1:
+        raise DataError(f"batch_size must be >= 1, got {batch_size}.")
+    feeds = as_data(source, batch_size or DEFAULT_BATCH_SIZE, inputs=list(input_specs(model)))
+    if batch_size is not None and isinstance(feeds, ArrayData) and feeds.batch_size != batch_size:
+        feeds = feeds.with_batch_size(batch_size)
+    return feeds
+
+
+def samples_in(feed: Feed) -> int:
+    """Samples in one feed: axis 0 of its first input (1 for a scalar or an empty feed)."""
+    first = next(iter(feed.values()), None)
+    return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
 def check_feed(feed: Feed, specs: Mapping[str, TensorSpec], where: str = "feed") -> dict[str, np.ndarray]:

@@ -352,20 +352,9 @@ def calibrator_amax(stats: TensorStats, calibrators: Sequence[str] | None = None
     Returns:
         Calibrator name -> amax, in name order.
     """
-    from quantdbg.calibrators import available_calibrators, get_calibrator
+    from quantdbg.calibrators.base import calibrator_amaxes
 
-    found: dict[str, float] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", QuantDbgWarning)  # an all-zero tensor warns once per calibrator
-        for name in calibrators or available_calibrators():
-            calibrator = get_calibrator(name)
-            if getattr(calibrator, "needs_histogram", False) and stats.hist is None:
-                continue
-            try:
-                found[name] = float(calibrator.compute(stats).amax)
-            except NotCalibratedError:
-                continue
-    return found
+    return calibrator_amaxes(stats, calibrators)
 
 
 def histogram_sqnr(stats: TensorStats, amax: float) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -225,6 +226,53 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
             node.name = f"{node.op_type}_{i}"
         seen.add(node.name)
     return model
+
+
+class UniqueNames:
+    """Fresh node/tensor names that collide with nothing in a model, deterministic for a given model.
+
+    Calling it with a base name returns ``base`` when free, else the first free ``base_<n>``
+    (n = 1, 2, ...), and reserves the name returned.
+
+    Args:
+        used: Names already taken.
+    """
+
+    def __init__(self, used: Iterable[str]) -> None:
+        self.used = set(used)
+
+    @classmethod
+    def of_graph(cls, graph: gs.Graph) -> UniqueNames:
+        """Reserves every node and tensor name of an onnx-graphsurgeon graph."""
+        return cls({node.name for node in graph.nodes} | set(graph.tensors()))
+
+    @classmethod
+    def of_model(cls, model: onnx.ModelProto) -> UniqueNames:
+        """Reserves every node, initializer, input, output, value_info and edge name of ``model``."""
+        graph = model.graph
+        used = {n.name for n in graph.node} | {i.name for i in graph.initializer}
+        used |= {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+        used |= {t for n in graph.node for t in (*n.input, *n.output)}
+        return cls(used)
+
+    def __call__(self, base: str) -> str:
+        name, n = base, 0
+        while name in self.used:
+            n += 1
+            name = f"{base}_{n}"
+        self.used.add(name)
+        return name
+
+
+def constant_values(tensor: gs.Tensor) -> np.ndarray | None:
+    """Values of an initializer or of a Constant node's output, else None."""
+    if isinstance(tensor, gs.Constant):
+        return np.asarray(tensor.values)
+    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if producer is not None and producer.op == "Constant" \
+            and isinstance(producer.attrs.get("value"), gs.Constant):
+        return np.asarray(producer.attrs["value"].values)
+    return None
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:

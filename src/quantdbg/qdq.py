@@ -28,7 +28,16 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.config import Precision, QuantConfig
 from quantdbg.errors import ModelError, NotCalibratedError, QuantDbgWarning, unknown
-from quantdbg.model import fits_in_protobuf, load_model, name_nodes, save_model, to_graph, to_model
+from quantdbg.model import (
+    UniqueNames,
+    constant_values,
+    fits_in_protobuf,
+    load_model,
+    name_nodes,
+    save_model,
+    to_graph,
+    to_model,
+)
 
 if TYPE_CHECKING:  # calibrate.py imports this module (plan_qdq); avoid the cycle at run time
     import os
@@ -470,7 +479,7 @@ def insert_qdq_loaded(fp_model: onnx.ModelProto, calibration: CalibrationResult,
     scales = _activation_scales(plan, calibration, keep_fp)
     graph = to_graph(fp_model)
     nodes = {node.name: node for node in graph.nodes}
-    names = _NameSource(graph)
+    names = UniqueNames.of_graph(graph)
     records = []
     for target in plan.targets:
         if target.node in keep_fp:
@@ -553,23 +562,8 @@ def _weight_qparams(weight: gs.Tensor, target: QuantTarget) -> tuple[np.ndarray,
     return scale, np.zeros(scale.shape, np.int8), WEIGHT_CALIBRATOR
 
 
-class _NameSource:
-    """Unique node/tensor names, deterministic for a given graph."""
-
-    def __init__(self, graph: gs.Graph) -> None:
-        self.used = {node.name for node in graph.nodes} | set(graph.tensors())
-
-    def __call__(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.used:
-            n += 1
-            name = f"{base}_{n}"
-        self.used.add(name)
-        return name
-
-
 def _insert_pair(graph: gs.Graph, node: gs.Node, target: QuantTarget, scale: np.ndarray,
-                 zero_point: np.ndarray, method: str, names: _NameSource) -> QdqRecord:
+                 zero_point: np.ndarray, method: str, names: UniqueNames) -> QdqRecord:
     source = node.inputs[target.input_index]
     base = f"{node.name}/input{target.input_index}"
     attrs = {} if target.axis is None else {"axis": target.axis}
@@ -636,7 +630,7 @@ def remove_qdq(qmodel: QuantizedModel, nodes: Iterable[str],
     _check_names("quantized node", chosen, qmodel.layers)
     graph = to_graph(qmodel.model)
     by_name = {node.name: node for node in graph.nodes}
-    names = _NameSource(graph)
+    names = UniqueNames.of_graph(graph)
     for name in chosen:
         node = by_name.get(name)
         if node is None:
@@ -653,7 +647,7 @@ def remove_qdq(qmodel: QuantizedModel, nodes: Iterable[str],
     return QuantizedModel(model, kept, qmodel.calibration, qmodel.fallback + tuple(chosen), precision)
 
 
-def _fp32_source(graph: gs.Graph, node: gs.Node, record: QdqRecord, names: _NameSource) -> gs.Tensor:
+def _fp32_source(graph: gs.Graph, node: gs.Node, record: QdqRecord, names: UniqueNames) -> gs.Tensor:
     """The FP32 tensor behind the DequantizeLinear feeding ``node`` at ``record.input_index``."""
     fed = node.inputs[record.input_index]
     dq = fed.inputs[0] if len(fed.inputs) == 1 else None
@@ -668,7 +662,7 @@ def _fp32_source(graph: gs.Graph, node: gs.Node, record: QdqRecord, names: _Name
         if _clamps_at_zero(dq) and not (len(fp.inputs) == 1 and fp.inputs[0].op in _NON_NEGATIVE_OPS):
             fp = _relu(graph, fp, f"{node.name}/input{record.input_index}", names)
         return fp
-    values = _constant_values(source)
+    values = constant_values(source)
     if values is None:
         raise ModelError(f"DequantizeLinear {dq.name!r} feeding node {record.node!r} reads "
                          f"{source.name!r}, which is neither a QuantizeLinear output nor a constant; "
@@ -682,35 +676,24 @@ def _clamps_at_zero(dq: gs.Node) -> bool:
     ONNX Runtime's quantizer deletes a Relu whose output gets such a pair (the clamp does the
     Relu's work), so removing the pair must put the clamp back.
     """
-    zp = _constant_values(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2].name else None
+    zp = constant_values(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2].name else None
     if zp is None or zp.dtype not in (np.int8, np.uint8):
         return False
     return bool(np.all(zp == np.iinfo(zp.dtype).min))
 
 
-def _relu(graph: gs.Graph, tensor: gs.Tensor, base: str, names: _NameSource) -> gs.Variable:
+def _relu(graph: gs.Graph, tensor: gs.Tensor, base: str, names: UniqueNames) -> gs.Variable:
     out = gs.Variable(names(f"{base}/clamped"), tensor.dtype, tensor.shape)
     graph.nodes.append(gs.Node("Relu", names(f"{base}/Relu"), inputs=[tensor], outputs=[out]))
     return out
 
 
-def _constant_values(tensor: gs.Tensor) -> np.ndarray | None:
-    """Values of an initializer or of a Constant node's output, else None."""
-    if isinstance(tensor, gs.Constant):
-        return np.asarray(tensor.values)
-    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    if producer is not None and producer.op == "Constant" \
-            and isinstance(producer.attrs.get("value"), gs.Constant):
-        return np.asarray(producer.attrs["value"].values)
-    return None
-
-
 def _dequantize(dq: gs.Node, values: np.ndarray) -> np.ndarray:
     """NumPy DequantizeLinear: ``(x - zero_point) * scale`` in float32, per axis when 1-D scale."""
-    scale = _constant_values(dq.inputs[1])
+    scale = constant_values(dq.inputs[1])
     if scale is None:
         raise ModelError(f"DequantizeLinear {dq.name!r} has a computed scale; cannot dequantize its weight.")
-    zp = _constant_values(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2].name else None
+    zp = constant_values(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2].name else None
     zp = np.zeros_like(scale, np.int32) if zp is None else zp.astype(np.int32)
     scale = scale.astype(np.float32)
     if scale.ndim == 1 and scale.size > 1:
@@ -721,7 +704,7 @@ def _dequantize(dq: gs.Node, values: np.ndarray) -> np.ndarray:
     return ((values.astype(np.int32) - zp).astype(np.float32) * scale).astype(np.float32)
 
 
-def _to_fp16(graph: gs.Graph, node: gs.Node, names: _NameSource) -> None:
+def _to_fp16(graph: gs.Graph, node: gs.Node, names: UniqueNames) -> None:
     """Makes ``node`` compute in float16 between casts; weights become float16 initializers."""
     for index, tensor in enumerate(node.inputs):
         if not tensor.name or not _is_float(tensor):
@@ -791,16 +774,16 @@ def records_from_model(model: onnx.ModelProto | str | os.PathLike) -> QuantizedM
 def _external_record(node: gs.Node, index: int, dq: gs.Node) -> QdqRecord:
     source = dq.inputs[0]
     producer = source.inputs[0] if len(source.inputs) == 1 else None
-    scale = _constant_values(dq.inputs[1])
+    scale = constant_values(dq.inputs[1])
     if scale is None:
         raise ModelError(f"DequantizeLinear {dq.name!r} (feeding node {node.name!r}) has a computed scale; "
                          "only constant scales are supported.")
-    zp = _constant_values(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2].name else None
+    zp = constant_values(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2].name else None
     zp = np.zeros(scale.shape, np.int64) if zp is None else zp
     axis = int(dq.attrs.get("axis", 1)) if scale.size > 1 else None
     if producer is not None and producer.op == "QuantizeLinear":
         fp = producer.inputs[0]
-        kind: Literal["weight", "activation"] = "weight" if _constant_values(fp) is not None else "activation"
+        kind: Literal["weight", "activation"] = "weight" if constant_values(fp) is not None else "activation"
         quantize_node, tensor = producer.name, fp.name
     else:
         kind, quantize_node, tensor = "weight", None, source.name

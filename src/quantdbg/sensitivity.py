@@ -40,7 +40,7 @@ from quantdbg._io import write_json_atomic
 from quantdbg._progress import track
 from quantdbg.backends.base import Runner, RunnerFactory
 from quantdbg.config import Precision
-from quantdbg.data import CalibrationData, DataSource, as_data
+from quantdbg.data import DEFAULT_BATCH_SIZE, CalibrationData, DataSource, as_data
 from quantdbg.errors import ConfigError, ModelError, QuantDbgError
 from quantdbg.evaluate import OutputMetric, TaskMetric, as_task_metric, concat_batches
 from quantdbg.metrics import (
@@ -62,7 +62,6 @@ Mode = Literal["isolated", "leave-one-out", "local", "cumulative"]
 MODES: tuple[str, ...] = get_args(Mode)
 REPORT_FORMAT = "quantdbg.sensitivity/1"
 PROGRESS_FORMAT = "quantdbg.sensitivity-progress/1"
-DEFAULT_BATCH_SIZE = 32
 EVIDENCE_BATCHES = 2
 """Batches of the analysis data the calibrator comparison runs on (it needs no full pass)."""
 _BASELINE = "__all_quantized__"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -34,10 +34,20 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from quantdbg._progress import track
-from quantdbg.data import ArrayData, DataSource, as_data, check_feed
-from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
-from quantdbg.model import ModelSource, input_specs, load_model, name_nodes, to_graph, to_model
-from quantdbg.stats import expose_tensors
+from quantdbg.data import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE  # still importable from here
+from quantdbg.data import DataSource, as_data, as_model_data, check_feed, samples_in
+from quantdbg.errors import ConfigError, DataError, ModelError, QuantDbgWarning, unknown
+from quantdbg.model import (
+    ModelSource,
+    UniqueNames,
+    constant_values,
+    input_specs,
+    load_model,
+    name_nodes,
+    to_graph,
+    to_model,
+)
+from quantdbg.stats import check_activations, expose_tensors, open_session, run_batch
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +56,6 @@ Placement = Literal["layernorm", "scale_constant", "bias_matmul", "matmul", "exp
 """Where ``1/s`` went: a LayerNormalization's gamma/beta, a Mul/Div constant, the columns and
 bias of a MatMul+Add, the columns of a MatMul, or an inserted Mul."""
 
-DEFAULT_BATCH_SIZE = 32
 _SHAPE_ONLY_OPS = frozenset({"Shape", "Size"})  # read only the shape, which smoothing keeps
 _FLOAT = np.dtype(np.float32)
 _TWO_GB = 2**31 - 1
@@ -311,7 +320,7 @@ def smooth(model: ModelSource, data: DataSource, config: SmoothingConfig = _DEFA
         BackendError: ONNX Runtime failed.
     """
     loaded = name_nodes(load_model(model))
-    feeds = _as_feeds(data, loaded, batch_size)
+    feeds = as_model_data(data, loaded, batch_size)
     measured = collect_channel_absmax(loaded, feeds, smoothing_targets(loaded, config),
                                       max_batches=config.max_batches, progress=progress,
                                       session_options=session_options)
@@ -358,7 +367,7 @@ def apply_smoothing(model: ModelSource, act_absmax: Mapping[str, np.ndarray],
     loaded = name_nodes(load_model(model))
     graph = to_graph(loaded)
     groups, skipped = _plan(graph, config)
-    names = _NameSource(graph)
+    names = UniqueNames.of_graph(graph)
     outputs = {t.name for t in graph.outputs}
     migrations = []
     for group in groups:
@@ -432,23 +441,23 @@ def collect_channel_absmax(model: ModelSource, data: DataSource, tensors: Iterab
     """
     loaded = load_model(model)
     names = list(dict.fromkeys(tensors))
-    _check_tensor_names(loaded, names)
+    check_activations(loaded, names, "; per-channel ranges are measured on activations only "
+                      "(a weight's range comes from its values).")
     specs = input_specs(loaded)
     fetch = [n for n in names if n not in specs]
-    session = _session(expose_tensors(loaded, fetch), session_options) if fetch else None
+    session = open_session(expose_tensors(loaded, fetch), session_options, "smoothing") if fetch else None
     absmax: dict[str, np.ndarray] = {}
     nonfinite = dict.fromkeys(names, 0)
     n_batches = n_samples = 0
     feeds = as_data(data, inputs=list(specs))
     for index, feed in enumerate(track(_first(feeds, max_batches), desc="smoothing", enabled=progress)):
         checked = check_feed(feed, specs, where=f"calibration batch {index}")
-        fetched = dict(zip(fetch, _run(session, fetch, checked, index), strict=True))
+        fetched = dict(zip(fetch, run_batch(session, fetch, checked, index), strict=True))
         for name in names:
             array = checked[name] if name in specs else fetched[name]
             _reduce_into(absmax, nonfinite, name, array)
         n_batches += 1
-        first = next(iter(checked.values()), None)
-        n_samples += int(first.shape[0]) if first is not None and first.ndim else 1
+        n_samples += samples_in(checked)
     if n_batches == 0:
         raise DataError("The calibration data yielded no batches; give at least one feed.")
     for name, count in nonfinite.items():
@@ -462,31 +471,11 @@ def collect_channel_absmax(model: ModelSource, data: DataSource, tensors: Iterab
 # Measuring
 # --------------------------------------------------------------------------------------------
 
-def _as_feeds(data: DataSource, model: onnx.ModelProto, batch_size: int | None) -> Any:
-    if batch_size is not None and batch_size < 1:
-        raise DataError(f"batch_size must be >= 1, got {batch_size}.")
-    feeds = as_data(data, batch_size or DEFAULT_BATCH_SIZE, inputs=list(input_specs(model)))
-    if batch_size is not None and isinstance(feeds, ArrayData) and feeds.batch_size != batch_size:
-        feeds = feeds.with_batch_size(batch_size)
-    return feeds
-
-
 def _first(feeds: Iterable[Any], limit: int | None) -> Iterable[Any]:
     for index, feed in enumerate(feeds):
         if limit is not None and index >= limit:
             return
         yield feed
-
-
-def _check_tensor_names(model: onnx.ModelProto, names: Sequence[str]) -> None:
-    weights = {init.name for init in model.graph.initializer}
-    known = {vi.name for vi in model.graph.input} | {o for node in model.graph.node for o in node.output}
-    for name in names:
-        if name in weights:
-            raise ModelError(f"Tensor {name!r} is an initializer; per-channel ranges are measured on "
-                             "activations only (a weight's range comes from its values).")
-        if name not in known:
-            raise unknown("tensor", name, sorted(known - weights))
 
 
 def _reduce_into(absmax: dict[str, np.ndarray], nonfinite: dict[str, int], name: str,
@@ -508,25 +497,6 @@ def _reduce_into(absmax: dict[str, np.ndarray], nonfinite: dict[str, int], name:
         raise DataError(f"Tensor {name!r} had {previous.shape[0]} channels (last axis) in earlier batches "
                         f"and {batch.shape[0]} now; its channel count must be fixed to be smoothed.")
     absmax[name] = batch if previous is None else np.maximum(previous, batch)
-
-
-def _session(model: onnx.ModelProto, options: Any) -> Any:
-    import onnxruntime as ort  # core dependency, imported late to keep `import quantdbg.smoothing` cheap
-
-    try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                    providers=["CPUExecutionProvider"])
-    except Exception as err:  # ORT raises its own exception types
-        raise BackendError(f"ONNX Runtime could not load the model with smoothing outputs: {err}") from err
-
-
-def _run(session: Any, fetch: list[str], feed: dict[str, np.ndarray], index: int) -> list[np.ndarray]:
-    if not fetch:
-        return []
-    try:
-        return session.run(fetch, feed)
-    except Exception as err:  # ORT raises its own exception types
-        raise BackendError(f"ONNX Runtime failed on calibration batch {index}: {err}") from err
 
 
 # --------------------------------------------------------------------------------------------
@@ -577,9 +547,9 @@ def _weight_channels(node: gs.Node) -> tuple[int, str | None]:
     if len(node.inputs) < 2:
         return 0, "it has fewer than two inputs"
     act, weight = node.inputs[0], node.inputs[1]
-    if _constant(act) is not None:
+    if constant_values(act) is not None:
         return 0, "input 0 is a constant, not an activation"
-    values = _constant(weight)
+    values = constant_values(weight)
     if values is None:
         return 0, f"input 1 ({weight.name!r}) is not an initializer (an activation-by-activation product)"
     if values.dtype != _FLOAT or values.ndim != 2:
@@ -612,21 +582,6 @@ def _row_axis(node: gs.Node) -> int:
 # Rewriting
 # --------------------------------------------------------------------------------------------
 
-class _NameSource:
-    """Unique node/tensor names, deterministic for a given graph."""
-
-    def __init__(self, graph: gs.Graph) -> None:
-        self.used = {node.name for node in graph.nodes} | set(graph.tensors())
-
-    def __call__(self, base: str) -> str:
-        name, n = base, 0
-        while name in self.used:
-            n += 1
-            name = f"{base}_{n}"
-        self.used.add(name)
-        return name
-
-
 def _absmax_for(group: _Group, act_absmax: Mapping[str, np.ndarray]) -> np.ndarray:
     name = group.tensor.name
     if name not in act_absmax:
@@ -640,7 +595,7 @@ def _absmax_for(group: _Group, act_absmax: Mapping[str, np.ndarray]) -> np.ndarr
 
 
 def _migrate(graph: gs.Graph, group: _Group, absmax: np.ndarray, config: SmoothingConfig,
-             outputs: set[str], names: _NameSource) -> Migration:
+             outputs: set[str], names: UniqueNames) -> Migration:
     """Computes ``s`` for one group, moves ``1/s`` upstream and scales the weight rows."""
     weights = _unique_weights(group)
     w_rows = np.max([_row_absmax(values, axis) for _, values, axis in weights], axis=0)
@@ -672,7 +627,7 @@ def _unique_weights(group: _Group) -> list[tuple[gs.Tensor, np.ndarray, int]]:
     for node in group.nodes:
         weight = node.inputs[1]
         if id(weight) not in seen:
-            seen[id(weight)] = (weight, np.asarray(_constant(weight), np.float32), _row_axis(node))
+            seen[id(weight)] = (weight, np.asarray(constant_values(weight), np.float32), _row_axis(node))
     return list(seen.values())
 
 
@@ -687,7 +642,7 @@ def _outlier_ratio(absmax: np.ndarray) -> float:
 
 
 def _insert_mul(graph: gs.Graph, group: _Group, scale: np.ndarray,
-                names: _NameSource) -> tuple[Placement, str]:
+                names: UniqueNames) -> tuple[Placement, str]:
     """Inserts ``x * (1/s)`` feeding only the group's nodes; returns the placement and Mul name."""
     tensor = group.tensor
     base = f"{tensor.name}/smooth"
@@ -701,7 +656,7 @@ def _insert_mul(graph: gs.Graph, group: _Group, scale: np.ndarray,
 
 
 def _fold(group: _Group, scale: np.ndarray, outputs: set[str],
-          names: _NameSource) -> tuple[Placement, str] | None:
+          names: UniqueNames) -> tuple[Placement, str] | None:
     """Divides the producer of the group's activation by ``s`` when that is legal; else None."""
     tensor = group.tensor
     if tensor.name in outputs or len(tensor.inputs) != 1:
@@ -721,7 +676,7 @@ def _fold(group: _Group, scale: np.ndarray, outputs: set[str],
 
 
 def _fold_layernorm(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs: set[str],
-                    names: _NameSource) -> bool:
+                    names: UniqueNames) -> bool:
     """``LN(x) * gamma/s + beta/s``: legal when LN normalises the last axis (gamma is [K])."""
     if node.outputs[0] is not tensor:
         return False
@@ -730,8 +685,8 @@ def _fold_layernorm(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs
     if not (axis == -1 or (rank is not None and axis == rank - 1)):
         return False
     k = scale.shape[0]
-    gamma = _constant(node.inputs[1])
-    beta = _constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
+    gamma = constant_values(node.inputs[1])
+    beta = constant_values(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
     if gamma is None or gamma.shape != (k,) or gamma.dtype != _FLOAT:
         return False
     if len(node.inputs) > 2 and node.inputs[2].name and (beta is None or beta.shape != (k,)):
@@ -743,15 +698,15 @@ def _fold_layernorm(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs
 
 
 def _fold_scale_constant(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs: set[str],
-                         names: _NameSource) -> bool:
+                         names: UniqueNames) -> bool:
     """``a * (c/s)`` or ``a / (c*s)``: legal when ``c`` is a scalar or a per-last-axis vector."""
-    constants = [i for i, t in enumerate(node.inputs) if _constant(t) is not None]
+    constants = [i for i, t in enumerate(node.inputs) if constant_values(t) is not None]
     if node.op == "Div":
         constants = [i for i in constants if i == 1]
     if len(constants) != 1 or len(node.inputs) != 2:
         return False
     index = constants[0]
-    values = _constant(node.inputs[index])
+    values = constant_values(node.inputs[index])
     assert values is not None
     widened = _per_channel(values, scale.shape[0])
     if widened is None:
@@ -763,19 +718,19 @@ def _fold_scale_constant(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, ou
 
 
 def _fold_bias_matmul(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs: set[str],
-                      names: _NameSource) -> bool:
+                      names: UniqueNames) -> bool:
     """``x @ (W/s) + b/s`` for ``Add(MatMul(x, W), b)`` whose MatMul output feeds only the Add."""
-    constants = [i for i, t in enumerate(node.inputs) if _constant(t) is not None]
+    constants = [i for i, t in enumerate(node.inputs) if constant_values(t) is not None]
     if len(constants) != 1 or len(node.inputs) != 2:
         return False
     b_index = constants[0]
     product = node.inputs[1 - b_index]
     matmul = product.inputs[0] if len(product.inputs) == 1 else None
-    bias = _per_channel(np.asarray(_constant(node.inputs[b_index])), scale.shape[0])
+    bias = _per_channel(np.asarray(constant_values(node.inputs[b_index])), scale.shape[0])
     if matmul is None or matmul.op != "MatMul" or bias is None or product.name in outputs \
             or len(product.outputs) != 1 or not _matmul_columns_foldable(matmul, scale.shape[0]):
         return False
-    values = _constant(node.inputs[b_index])
+    values = constant_values(node.inputs[b_index])
     assert values is not None
     shape = (1,) * max(values.ndim - 1, 0) + (scale.shape[0],)
     _replace_constant(node.inputs[b_index], (bias / scale).reshape(shape).astype(np.float32),
@@ -785,7 +740,7 @@ def _fold_bias_matmul(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outpu
 
 
 def _fold_matmul(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs: set[str],
-                 names: _NameSource) -> bool:
+                 names: UniqueNames) -> bool:
     """``x @ (W/s)`` for a MatMul with a 2-D float32 initializer weight."""
     if not _matmul_columns_foldable(node, scale.shape[0]):
         return False
@@ -794,13 +749,13 @@ def _fold_matmul(node: gs.Node, tensor: gs.Tensor, scale: np.ndarray, outputs: s
 
 
 def _matmul_columns_foldable(node: gs.Node, channels: int) -> bool:
-    weight = _constant(node.inputs[1])
-    return (_constant(node.inputs[0]) is None and weight is not None and weight.dtype == _FLOAT
+    weight = constant_values(node.inputs[1])
+    return (constant_values(node.inputs[0]) is None and weight is not None and weight.dtype == _FLOAT
             and weight.ndim == 2 and weight.shape[1] == channels)
 
 
-def _scale_matmul_columns(node: gs.Node, scale: np.ndarray, names: _NameSource) -> None:
-    weight = _constant(node.inputs[1])
+def _scale_matmul_columns(node: gs.Node, scale: np.ndarray, names: UniqueNames) -> None:
+    weight = constant_values(node.inputs[1])
     assert weight is not None
     _replace_constant(node.inputs[1], (weight / scale[None, :]).astype(np.float32), [(node, 1)], names)
 
@@ -816,19 +771,8 @@ def _per_channel(values: np.ndarray, channels: int) -> np.ndarray | None:
     return None
 
 
-def _constant(tensor: gs.Tensor) -> np.ndarray | None:
-    """Values of an initializer or of a Constant node's output, else None."""
-    if isinstance(tensor, gs.Constant):
-        return np.asarray(tensor.values)
-    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
-    if producer is not None and producer.op == "Constant" \
-            and isinstance(producer.attrs.get("value"), gs.Constant):
-        return np.asarray(producer.attrs["value"].values)
-    return None
-
-
 def _replace_constant(tensor: gs.Tensor, values: np.ndarray, users: list[tuple[gs.Node, int]],
-                      names: _NameSource) -> None:
+                      names: UniqueNames) -> None:
     """Gives ``users`` the new values: in place when nobody else reads the initializer, else a copy.
 
     A shared initializer (or a Constant node's output) is left as it is for its other readers.

@@ -21,7 +21,7 @@ import onnx
 
 from quantdbg import _kernels
 from quantdbg._progress import track
-from quantdbg.data import DataSource, FeedList, as_data, check_feed
+from quantdbg.data import DataSource, FeedList, as_data, check_feed, samples_in
 from quantdbg.errors import BackendError, DataError, ModelError, NotCalibratedError, QuantDbgWarning, unknown
 from quantdbg.model import ModelSource, input_specs, load_model
 
@@ -319,8 +319,9 @@ def collect(model: onnx.ModelProto, data: DataSource, tensors: Iterable[str], *,
     """
     names = list(dict.fromkeys(tensors))
     specs = input_specs(model)
-    _check_tensors(model, names)
-    session = _session(expose_tensors(model, names), session_options)
+    check_activations(model, names, " (a weight): weight ranges come from the initializer itself, "
+                      "not from calibration. Calibrate activations only.")
+    session = open_session(expose_tensors(model, names), _deterministic(session_options), "calibration")
     fetch = [n for n in names if n not in specs]
     collector = Collector(names, histogram, num_bins)
     feeds = as_data(data, inputs=list(specs))
@@ -333,13 +334,13 @@ def collect(model: onnx.ModelProto, data: DataSource, tensors: Iterable[str], *,
                         desc="calibration", enabled=progress)
         for index, feed in enumerate(batches):
             checked = check_feed(feed, specs, where=f"calibration batch {index}")
-            fetched = dict(zip(fetch, _run(session, fetch, checked, index), strict=True))
+            fetched = dict(zip(fetch, run_batch(session, fetch, checked, index), strict=True))
             arrays = {n: checked[n] if n in specs else fetched[n] for n in names}
             if pending is not None:
                 pending.result()
             pending = worker.submit(_update_all, collector, arrays)
             n_batches += 1
-            n_samples += _batch_size(checked)
+            n_samples += samples_in(checked)
         if pending is not None:
             pending.result()
     if n_batches == 0:
@@ -352,13 +353,22 @@ def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray]) -> None:
         collector.update(name, array)
 
 
-def _check_tensors(model: onnx.ModelProto, names: list[str]) -> None:
+def check_activations(model: onnx.ModelProto, names: Iterable[str], weight_hint: str) -> None:
+    """Checks that every name is an activation: a graph input or a node output, not an initializer.
+
+    Args:
+        model: The loaded model.
+        names: Value names.
+        weight_hint: Ends the message for an initializer, after ``Tensor 'w' is an initializer``.
+
+    Raises:
+        ModelError: A name is an initializer, or no value of the model (with close matches).
+    """
     weights = {init.name for init in model.graph.initializer}
     known = {vi.name for vi in model.graph.input} | {o for node in model.graph.node for o in node.output}
     for name in names:
         if name in weights:
-            raise ModelError(f"Tensor {name!r} is an initializer (a weight): weight ranges come from the "
-                             "initializer itself, not from calibration. Calibrate activations only.")
+            raise ModelError(f"Tensor {name!r} is an initializer{weight_hint}")
         if name not in known:
             raise unknown("tensor", name, sorted(known - weights))
 
@@ -391,32 +401,62 @@ def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
     return exposed
 
 
-def _session(model: onnx.ModelProto, options: Any) -> Any:
+def _deterministic(options: Any) -> Any:
+    """``options``, or (None) ONNX Runtime defaults with deterministic kernels."""
+    if options is not None:
+        return options
     import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.stats` cheap
 
-    if options is None:
-        # Scales must not change from run to run: ask ORT for its deterministic kernels.
-        options = ort.SessionOptions()
-        options.use_deterministic_compute = True
+    # Scales must not change from run to run: ask ORT for its deterministic kernels.
+    options = ort.SessionOptions()
+    options.use_deterministic_compute = True
+    return options
+
+
+def open_session(model: onnx.ModelProto, options: Any, purpose: str) -> Any:
+    """An ONNX Runtime CPU session for a model whose tensors were exposed as outputs.
+
+    Args:
+        model: The model, e.g. from :func:`expose_tensors`.
+        options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
+        purpose: What the exposed outputs are for, named in the error (``"calibration"``).
+
+    Returns:
+        The ``onnxruntime.InferenceSession``.
+
+    Raises:
+        BackendError: ONNX Runtime could not load the model.
+    """
+    import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.stats` cheap
+
     try:
         return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                     providers=["CPUExecutionProvider"])
     except Exception as err:  # ORT raises its own exception types
-        raise BackendError(f"ONNX Runtime could not load the model with calibration outputs: {err}") from err
+        raise BackendError(f"ONNX Runtime could not load the model with {purpose} outputs: {err}") from err
 
 
-def _run(session: Any, fetch: list[str], feed: dict[str, np.ndarray], index: int) -> list[np.ndarray]:
+def run_batch(session: Any, fetch: list[str], feed: dict[str, np.ndarray], index: int) -> list[np.ndarray]:
+    """Fetches ``fetch`` for calibration batch ``index`` (no run when nothing is fetched).
+
+    Args:
+        session: A session from :func:`open_session`; may be None when ``fetch`` is empty.
+        fetch: Output names to return.
+        feed: A checked feed.
+        index: The batch's position, named in the error.
+
+    Returns:
+        One array per name in ``fetch``.
+
+    Raises:
+        BackendError: ONNX Runtime failed on the batch.
+    """
     if not fetch:
         return []
     try:
         return session.run(fetch, feed)
     except Exception as err:  # ORT raises its own exception types
         raise BackendError(f"ONNX Runtime failed on calibration batch {index}: {err}") from err
-
-
-def _batch_size(feed: Mapping[str, np.ndarray]) -> int:
-    first = next(iter(feed.values()), None)
-    return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
 def _num_batches(data: Any, max_batches: int | None) -> int | None:

@@ -21,14 +21,14 @@ import importlib
 import logging
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from quantdbg.errors import ConfigError, QuantDbgWarning
+from quantdbg.errors import ConfigError, NotCalibratedError, QuantDbgWarning
 from quantdbg.stats import HIST_OVERSAMPLE, BinnedHistogram, TensorStats
 
 logger = logging.getLogger(__name__)
@@ -284,6 +284,36 @@ def get_calibrator(spec: Any) -> Calibrator:
     """
     entry = _entry_for(spec)
     return entry.cls(spec if not isinstance(spec, str) else entry.config())
+
+
+def calibrator_amaxes(stats: TensorStats, names: Sequence[str] | None = None) -> dict[str, float]:
+    """The clip each calibrator chooses for one tensor.
+
+    Histogram calibrators are skipped when ``stats`` has no histogram, and so is a calibrator
+    that cannot give the tensor a range.
+
+    Args:
+        stats: The tensor's statistics.
+        names: Registered calibrator names (None: every registered calibrator, sorted).
+
+    Returns:
+        Calibrator name -> amax, in the order of ``names``.
+
+    Raises:
+        ConfigError: A name is not registered.
+    """
+    found: dict[str, float] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QuantDbgWarning)  # an all-zero tensor warns once per calibrator
+        for name in names or available_calibrators():
+            calibrator = get_calibrator(name)
+            if getattr(calibrator, "needs_histogram", False) and stats.hist is None:
+                continue
+            try:
+                found[name] = float(calibrator.compute(stats).amax)
+            except NotCalibratedError:
+                continue
+    return found
 
 
 def spec_to_dict(spec: Any) -> dict[str, Any]:
