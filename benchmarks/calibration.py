@@ -269,7 +269,7 @@ def _header(results: dict) -> list[str]:
         f"Command{'s' if len(cmds) > 1 else ''} (repo root; a later command's runs replace the earlier "
         "ones for the same model, N and configuration):", "", "```",
         *[f"# {c['date']}, commit {c['commit']}\n{c['command']}" for c in cmds], "```", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['os']}; shared with other work "
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, {m['os']} "
         f"(1-min load average {m['loadavg'][0]:.1f} at the start, {results['load_end']:.1f} at the end; "
         "per run in the JSON).",
         f"Peers venv: Python {peers.get('python')}, onnxruntime {peers.get('onnxruntime')} (CPU), "
@@ -277,12 +277,15 @@ def _header(results: dict) -> list[str]:
         f"numpy {peers.get('numpy')}, torch {peers.get('torch')}.",
         f"quantdbg venv: quantdbg {ours.get('quantdbg')}, onnxruntime {ours.get('onnxruntime')}, "
         f"onnx {ours.get('onnx')}, numpy {ours.get('numpy')}, numba {ours.get('numba', '-')}.",
-        f"Setting: batch size {results['batch_size']}, one core per run (ONNX Runtime 1 intra-op thread), "
+        f"Setting: batch size {results['batch_size']}, ONNX Runtime pinned to 1 intra-op thread in every run, "
         f"address space capped at {results['mem_gib']} GiB per run, time limit {results['timeout']:.0f} s.",
         "", "Cell = wall time / CPU time of the work as multiples of the FP32 floor's, the floor measured "
         "with the same ONNX Runtime build as the tool (floor rows: seconds); peak RSS of the whole child in "
-        "parentheses, the samples included. Everything runs on one thread, so CPU time is the figure "
-        "that load from other work on the machine does not inflate.", ""]
+        "parentheses, the samples included. The peers and the floor run on one thread, so for them CPU "
+        "time is the figure that load from other work does not inflate. quantdbg streams each batch's "
+        "statistics on one worker thread while ONNX Runtime runs the next batch, so on 2 cores its wall "
+        "time hides part of its CPU time: wall time is what a user waits, CPU time what the work costs.",
+        ""]
 
 
 def markdown(results: dict) -> str:
