@@ -277,7 +277,8 @@ def _header(results: dict) -> list[str]:
         f"numpy {peers.get('numpy')}, torch {peers.get('torch')}.",
         f"quantdbg venv: quantdbg {ours.get('quantdbg')}, onnxruntime {ours.get('onnxruntime')}, "
         f"onnx {ours.get('onnx')}, numpy {ours.get('numpy')}, numba {ours.get('numba', '-')}.",
-        f"Setting: batch size {results['batch_size']}, ONNX Runtime pinned to 1 intra-op thread in every run, "
+        f"Setting: batch size {results['batch_size']}, ONNX Runtime pinned to 1 intra-op thread "
+        "in every run, "
         f"address space capped at {results['mem_gib']} GiB per run, time limit {results['timeout']:.0f} s.",
         "", "Cell = wall time / CPU time of the work as multiples of the FP32 floor's, the floor measured "
         "with the same ONNX Runtime build as the tool (floor rows: seconds); peak RSS of the whole child in "
