@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from quantdbg._analysis import LocalVariant, fp32_weight, local_graph
+from quantdbg.calibrators.base import calibrator_amaxes
 from quantdbg.errors import QuantDbgWarning
 from quantdbg.metrics import float_from_json, float_to_json
 from quantdbg.qdq import QMAX, QdqRecord, QuantizedModel
@@ -145,17 +146,10 @@ def outlier_ratio(stats: TensorStats) -> float | None:
     return stats.absmax / clip if clip > 0 else None
 
 
-def candidate_ranges(stats: TensorStats) -> dict[str, float]:
-    """Registered calibrator -> amax it chooses for ``stats`` (histogram calibrators need a histogram)."""
-    from quantdbg.calibrators.base import calibrator_amaxes
-
-    return calibrator_amaxes(stats)
-
-
 def calibrator_variants(qmodel: QuantizedModel, layers: Sequence[str],
                         stats: Mapping[str, TensorStats]) -> list[LocalVariant]:
     """The local-graph clones that test every candidate calibrator on every layer."""
-    ranges = {name: candidate_ranges(s) for name, s in stats.items()}
+    ranges = {name: calibrator_amaxes(s) for name, s in stats.items()}
     variants = []
     for layer in layers:
         acts = [r for r in qmodel.records_of(layer) if r.kind == "activation" and r.tensor in ranges]
@@ -210,5 +204,5 @@ def _rankable(value: float) -> float:
     return -math.inf if math.isnan(value) else value
 
 
-__all__ = ["LayerEvidence", "calibrator_variants", "candidate_ranges", "layer_evidence", "local_graph",
+__all__ = ["LayerEvidence", "calibrator_variants", "layer_evidence", "local_graph",
            "outlier_ratio", "weight_evidence"]

@@ -44,7 +44,7 @@ class ArrayData:
         DataError: The arrays are empty or disagree on the number of samples.
     """
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], batch_size: int | None = 32,
+    def __init__(self, arrays: Mapping[str, np.ndarray], batch_size: int | None = DEFAULT_BATCH_SIZE,
                  limit: int | None = None) -> None:
         self.arrays = {name: np.asarray(value) for name, value in arrays.items()}
         self.batch_size = batch_size
@@ -106,7 +106,7 @@ class FeedList:
 DataSource = str | os.PathLike | Mapping[str, np.ndarray] | CalibrationData | Iterable[Feed]
 
 
-def load_npz(path: str | os.PathLike, batch_size: int | None = 32, limit: int | None = None,
+def load_npz(path: str | os.PathLike, batch_size: int | None = DEFAULT_BATCH_SIZE, limit: int | None = None,
              inputs: Iterable[str] | None = None) -> ArrayData:
     """Reads an ``.npz`` mapping input names to arrays (samples on axis 0).
 
@@ -139,7 +139,7 @@ def load_npz(path: str | os.PathLike, batch_size: int | None = 32, limit: int | 
     return ArrayData(arrays, batch_size, limit)
 
 
-def as_data(source: DataSource, batch_size: int | None = 32,
+def as_data(source: DataSource, batch_size: int | None = DEFAULT_BATCH_SIZE,
             inputs: Iterable[str] | None = None) -> CalibrationData:
     """Turns a path, a dict of arrays, a feed list or a generator into re-iterable data.
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from quantdbg._io import write_json_atomic
 from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.data import DEFAULT_BATCH_SIZE
 from quantdbg.doctor_checks import (
     CHECKS,
     SEVERITIES,
@@ -85,7 +86,7 @@ class DoctorConfig:
     calib: CalibConfig = field(default_factory=CalibConfig)
     quant: QuantConfig = field(default_factory=QuantConfig)
     checks: tuple[CheckName, ...] = CHECKS
-    batch_size: int = 32
+    batch_size: int = DEFAULT_BATCH_SIZE
     confirm_top: int = 3
     sensitive_sqnr_db: float = 30.0
     dominant_share: float = 0.5

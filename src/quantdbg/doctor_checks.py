@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantdbg.calibrators.base import calibrator_amaxes
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
 from quantdbg.metrics import float_from_json, float_to_json
 
@@ -342,21 +343,6 @@ class CalibratorComparison:
                    tuple(int(v) for v in data["hist"]), float(data["hist_width"]))
 
 
-def calibrator_amax(stats: TensorStats, calibrators: Sequence[str] | None = None) -> dict[str, float]:
-    """Every calibrator's clip for one tensor.
-
-    Args:
-        stats: The tensor's statistics (histogram calibrators are skipped without a histogram).
-        calibrators: Registered names (None: every registered calibrator).
-
-    Returns:
-        Calibrator name -> amax, in name order.
-    """
-    from quantdbg.calibrators.base import calibrator_amaxes
-
-    return calibrator_amaxes(stats, calibrators)
-
-
 def histogram_sqnr(stats: TensorStats, amax: float) -> float:
     """SQNR (dB) of a tensor quantized to symmetric INT8 with clip ``amax``, from its |x| histogram.
 
@@ -421,7 +407,7 @@ def compare_calibrators(calibration: CalibrationResult,
         stats = calibration.stats.get(tensor)
         if stats is None or stats.hist is None or stats.absmax == 0.0:
             continue
-        amax = calibrator_amax(stats)
+        amax = calibrator_amaxes(stats)
         if not amax:
             continue
         tensor_sqnr = {name: histogram_sqnr(stats, value) for name, value in amax.items()}
