@@ -159,19 +159,36 @@ def _main(argv: list[str]) -> None:
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
+def run_command(script: str, work: Path, report_only: bool) -> str:
+    """The command line behind the rows saved in ``work``, for the RESULTS.md section.
+
+    A measuring run records its own command there; a ``--report-only`` run reports the recorded
+    one. ``--no-write`` and ``--report-only`` are left out: they decide where the report goes,
+    not what was measured.
+    """
+    saved = work / f"{Path(script).stem}_command.txt"
+    if report_only and saved.exists():
+        return saved.read_text().strip()
+    command = " ".join(["python", f"benchmarks/{script}",
+                        *(a for a in sys.argv[1:] if a not in ("--no-write", "--report-only"))])
+    if not report_only:
+        saved.write_text(command + "\n")
+    return command
+
+
 def write_section(key: str, text: str, path: Path = RESULTS) -> None:
     """Replaces (or appends) the section between ``<!-- key:start -->`` and ``<!-- key:end -->``.
 
     Other sections of the file are left byte for byte as they are; the file is replaced atomically.
     """
     start, end = f"<!-- {key}:start -->", f"<!-- {key}:end -->"
-    block = f"{start}\n{text.rstrip()}\n{end}\n"
+    block = f"{start}\n{text.rstrip()}\n{end}"
     old = path.read_text() if path.exists() else "# Benchmark results\n"
     if start in old and end in old:
         head, rest = old.split(start, 1)
-        new = head + block + rest.split(end, 1)[1].lstrip("\n")
+        new = head + block + rest.split(end, 1)[1]  # what follows the end marker stays as it was
     else:
-        new = old.rstrip("\n") + "\n\n" + block
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(new)
     os.replace(tmp, path)

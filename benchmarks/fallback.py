@@ -25,7 +25,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _zoo_tasks import ZOO, load_task, minilm_gate, silero_f1, write_section  # noqa: E402
+from _zoo_tasks import ZOO, load_task, minilm_gate, run_command, silero_f1, write_section  # noqa: E402
 from sensitivity import ONE_THREAD, SETTINGS, quantized  # noqa: E402
 
 from quantdbg.api import quantize  # noqa: E402
@@ -221,20 +221,10 @@ def main() -> None:
     rows = [r for r in old if key(r) not in {key(n) for n in rows}] + rows
     out.write_text(json.dumps(rows, indent=2, default=float))
     print(json.dumps(rows, indent=2, default=float))
-    command = run_command(args)
+    command = run_command("fallback.py", args.work, args.report_only)
     if not args.no_write:
         names = list(dict.fromkeys(r["model"] for r in rows))
         write_section("quantdbg:fallback", markdown(rows, int8_rows(names, args.work), command))
-
-
-def run_command(args: argparse.Namespace) -> str:
-    """The command that produced the saved rows (a --report-only run reports the search's command)."""
-    saved = args.work / "fallback_command.txt"
-    if args.report_only and saved.exists():
-        return saved.read_text().strip()
-    command = "python benchmarks/fallback.py " + " ".join(a for a in sys.argv[1:] if a != "--no-write")
-    saved.write_text(command + "\n")
-    return command
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _zoo_tasks import ZooTask, load_task, minilm_cosine, write_section  # noqa: E402
+from _zoo_tasks import ZooTask, load_task, minilm_cosine, run_command, write_section  # noqa: E402
 
 from quantdbg.api import quantize  # noqa: E402
 from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
@@ -196,9 +196,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
     saved = args.work / "sensitivity_rows.json"  # rows of models not run this time are kept
+    command = run_command("sensitivity.py", args.work, args.report_only)
     if args.report_only:
-        write_section("quantdbg:sensitivity", markdown(json.loads(saved.read_text()),
-                                                       "python benchmarks/sensitivity.py"))
+        write_section("quantdbg:sensitivity", markdown(json.loads(saved.read_text()), command))
         return
     rows = [benchmark(name, args.work, args.modes) for name in args.models]
     old = json.loads(saved.read_text()) if saved.exists() else []
@@ -207,7 +207,7 @@ def main() -> None:
     saved.write_text(json.dumps(rows, indent=2))
     print(json.dumps(rows, indent=2))
     if not args.no_write:
-        write_section("quantdbg:sensitivity", markdown(rows, "python benchmarks/sensitivity.py"))
+        write_section("quantdbg:sensitivity", markdown(rows, command))
 
 
 if __name__ == "__main__":
