@@ -134,6 +134,7 @@ def _main(argv: list[str]) -> None:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 3
+    options.add_session_config_entry("session.disable_quant_qdq", "1")  # Q/DQ as ONNX defines it
 
     def run(path: str) -> dict[str, np.ndarray]:
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])

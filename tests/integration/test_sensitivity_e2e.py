@@ -24,6 +24,7 @@ ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 def _run(path, feeds):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.disable_quant_qdq", "1")  # Q/DQ as ONNX defines it
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return np.concatenate([session.run(None, dict(f))[0] for f in feeds])
 

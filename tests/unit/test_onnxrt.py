@@ -167,3 +167,27 @@ def test_tensorrt_factory_needs_bindings():
         pytest.skip("TensorRT is usable here")
     with pytest.raises(MissingDependencyError, match=r"needs TensorRT's Python bindings"):
         make_runner_factory("tensorrt")
+
+
+def test_default_config_simulates_qdq_as_onnx_defines_it(rng):
+    """ONNX Runtime's fused int8 kernels (MatMulIntegerToFloat here) are not what TensorRT runs.
+
+    mlp4 quantized with fc2 left in FP32 reads a ReLU output into fc3's Q/DQ; ONNX Runtime 1.32's
+    CPU fusion of that pattern differs from the Q/DQ arithmetic by far more than float rounding.
+    The default runner must give what the graph says, the same as with every optimization off.
+    """
+    import models_sensitivity as ms
+
+    from quantdbg.config import Precision
+    from quantdbg.qdq import remove_qdq
+
+    model = ms.mlp4()
+    feeds = ms.feeds_for(model, rng)
+    mixed = remove_qdq(ms.quantize_by_hand(model, feeds, {"act1": 0.01}), ["fc2"], Precision.FP32).model
+    x = np.concatenate([f["x"] for f in feeds])
+    with OnnxrtRunner(mixed, OrtConfig(intra_op_num_threads=1, graph_optimization_level="disable")) as r:
+        exact = r.infer({"x": x})["y"]
+    with OnnxrtRunner(mixed, ONE_THREAD) as r:
+        default = r.infer({"x": x})["y"]
+    np.testing.assert_allclose(default, exact, rtol=1e-5, atol=1e-5)
+    assert not ONE_THREAD.fuse_qdq

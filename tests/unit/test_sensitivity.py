@@ -33,6 +33,7 @@ PLANTED = {"mlp4": ("act1", "fc2"), "small_cnn": ("r1", "conv2")}
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.disable_quant_qdq", "1")  # Q/DQ as ONNX defines it
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -37,9 +37,14 @@ class OrtConfig:
             quantdbg never silently falls back to another one.
         intra_op_num_threads: Threads inside one op (0: ONNX Runtime's default, all cores).
         inter_op_num_threads: Threads across ops (0: default).
-        graph_optimization_level: ``"disable"`` runs the graph exactly as written (Q/DQ
-            simulated in float); ``"all"`` lets ONNX Runtime fuse Q/DQ into integer kernels.
+        graph_optimization_level: ``"disable"`` runs the graph exactly as written; higher
+            levels fuse and constant-fold float ops (faster, same Q/DQ arithmetic).
         log_severity_level: ONNX Runtime's log level (0 verbose ... 4 fatal).
+        fuse_qdq: Let ONNX Runtime replace DQ -> op -> Q patterns with its own integer kernels
+            (QLinearMatMul, MatMulIntegerToFloat, ...). Off by default: those kernels have their
+            own numerics (on x86 without VNNI, u8s8 products can saturate), so the result would
+            describe ONNX Runtime's CPU int8 path, not the Q/DQ arithmetic TensorRT implements.
+            With it off, every Q/DQ pair is simulated exactly as ONNX defines it.
     """
 
     providers: tuple[Provider, ...] = ("CPUExecutionProvider",)
@@ -47,6 +52,7 @@ class OrtConfig:
     inter_op_num_threads: int = 0
     graph_optimization_level: OptimizationLevel = "all"
     log_severity_level: int = 3
+    fuse_qdq: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.providers, str):
@@ -75,7 +81,7 @@ class OrtConfig:
         return {"providers": list(self.providers), "intra_op_num_threads": self.intra_op_num_threads,
                 "inter_op_num_threads": self.inter_op_num_threads,
                 "graph_optimization_level": self.graph_optimization_level,
-                "log_severity_level": self.log_severity_level}
+                "log_severity_level": self.log_severity_level, "fuse_qdq": self.fuse_qdq}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OrtConfig:
@@ -143,6 +149,8 @@ class OnnxrtRunner(Runner):
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
                                                    _LEVELS[self.config.graph_optimization_level])
         options.log_severity_level = self.config.log_severity_level
+        if not self.config.fuse_qdq:
+            options.add_session_config_entry("session.disable_quant_qdq", "1")
         try:
             with tempfile.TemporaryDirectory(prefix="quantdbg-ort-") as tmp:
                 source = self._session_source(Path(tmp))
