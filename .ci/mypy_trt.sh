@@ -76,4 +76,4 @@ fi
 # project's own mypy run checks them). cuda-python ships no stubs, so its calls are typed Any.
 MYPYPATH="$WORK/stubs" python -m mypy --config-file "$WORK/mypy.ini" --strict --warn-unreachable --no-incremental \
     --cache-dir "$WORK/cache" --follow-imports=silent --ignore-missing-imports --python-version 3.10 \
-    src/quantdbg/backends/tensorrt.py
+    src/quantdbg/backends/tensorrt/

@@ -130,7 +130,8 @@ def compare(before: Path, after: Path) -> int:
     """Prints the first differing key per model; returns 1 when the files differ."""
     a, b = before.read_bytes(), after.read_bytes()
     if a == b:
-        print(f"identical: {before} and {after} ({len(a)} bytes, sha256 {hashlib.sha256(a).hexdigest()[:16]})")
+        digest = hashlib.sha256(a).hexdigest()[:16]
+        print(f"identical: {before} and {after} ({len(a)} bytes, sha256 {digest})")
         return 0
     old, new = json.loads(a), json.loads(b)
     for name in sorted(set(old) | set(new)):

@@ -135,9 +135,9 @@ def _modelopt(method: str, model: str, data: str, batch_size: int, out: Path) ->
 
 
 def _quantdbg(method: str, model: str, data: str, batch_size: int, out: Path) -> dict:
-    from quantdbg.api import quantize
     from quantdbg.config import CalibConfig
     from quantdbg.data import load_npz
+    from quantdbg.qdq.quantizer import quantize
 
     feeds = load_npz(data, batch_size=batch_size)
     t0, c0 = time.perf_counter(), time.process_time()

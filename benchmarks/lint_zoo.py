@@ -82,9 +82,9 @@ def _feeds(arrays: dict, unbatched: bool) -> list[dict]:
 
 
 def _quantdbg(name: str, n: int, src: Path, out: Path) -> dict:
-    from quantdbg.api import quantize
     from quantdbg.config import CalibConfig
     from quantdbg.data import load_npz
+    from quantdbg.qdq.quantizer import quantize
 
     model = _bench.MODELS[name]
     arrays, unbatched = _samples(name, n)
@@ -207,7 +207,7 @@ def qdq_counts(path: Path, fp32: Path) -> dict:
         acts = [r.op_type for dq in dqs for r in by_input.get(dq.output[0], []) if r.op_type in EPILOGUE_OPS]
         if acts:
             into_activation.append([node.name or node.output[0], acts[0]])
-    from quantdbg.lint import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
+    from quantdbg.diagnostics.linter import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
 
     # Readers of a DQ that the lint's op tables do not classify: no rule speaks about them.
     known = INT8_CAPABLE_OPS | FLOAT_ONLY_OPS | {"DequantizeLinear"}
@@ -223,8 +223,8 @@ def qdq_counts(path: Path, fp32: Path) -> dict:
 
 def lint_timed(path: Path, repeat: int) -> dict:
     """The lint report and the median (and minimum) time of ``lint`` itself over ``repeat`` runs."""
+    from quantdbg.diagnostics.linter import lint
     from quantdbg.errors import QuantDbgError
-    from quantdbg.lint import lint
 
     times, report = [], None
     for _ in range(repeat):
@@ -332,7 +332,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
 
 
 def _rules_cell(by_rule: dict[str, list[str]]) -> str:
-    from quantdbg.lint import RULES
+    from quantdbg.diagnostics.linter import RULES
 
     order = list(RULES)
     rules = sorted(by_rule, key=lambda r: order.index(r) if r in order else len(order))
@@ -383,7 +383,7 @@ def verdict(entry: dict) -> str:
 
 
 def lint_severity(rule: str) -> str:
-    from quantdbg.lint import RULES
+    from quantdbg.diagnostics.linter import RULES
 
     return RULES[rule].severity.value if rule in RULES else "?"
 

@@ -67,8 +67,8 @@ def _samples(name: str, n: int) -> tuple[dict, bool]:
 
 
 def _quantdbg(name: str, n: int, out: Path) -> dict:
-    from quantdbg.api import quantize
     from quantdbg.config import CalibConfig
+    from quantdbg.qdq.quantizer import quantize
 
     arrays, unbatched = _samples(name, n)
     count = len(next(iter(arrays.values())))

@@ -14,10 +14,12 @@ import onnx_graphsurgeon as gs
 import onnxruntime as ort
 from models import _const, _finish, _rng
 
-from quantdbg.calibrate import CalibrationResult
-from quantdbg.calibrators.base import TensorRange
+from quantdbg.calibration.calibrators.base import TensorRange
+from quantdbg.calibration.ranges import CalibrationResult
 from quantdbg.model import load_model, name_nodes
-from quantdbg.qdq import QuantizedModel, insert_qdq, plan_qdq
+from quantdbg.placement.plan import plan_qdq
+from quantdbg.qdq.insert import insert_qdq
+from quantdbg.qdq.records import QuantizedModel
 
 
 def mlp4(seed: int = 0, width: int = 16) -> onnx.ModelProto:

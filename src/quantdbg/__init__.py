@@ -8,39 +8,51 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from quantdbg import _display
+from quantdbg._version import __version__ as __version__
+
+# Results render in notebooks through the display hook; the report package fills it when first asked.
+_display.add_provider("quantdbg.report.display")
 
 _EXPORTS = {
     # errors
     "QuantDbgError": "quantdbg.errors", "ModelError": "quantdbg.errors", "DataError": "quantdbg.errors",
-    "ConfigError": "quantdbg.errors", "MissingDependencyError": "quantdbg.errors",
-    "BackendError": "quantdbg.errors", "NotCalibratedError": "quantdbg.errors",
-    "QuantDbgWarning": "quantdbg.errors",
+    "ConfigError": "quantdbg.errors", "FormatError": "quantdbg.errors",
+    "MissingDependencyError": "quantdbg.errors", "BackendError": "quantdbg.errors",
+    "NotCalibratedError": "quantdbg.errors", "QuantDbgWarning": "quantdbg.errors",
     # configs and data
     "CalibConfig": "quantdbg.config", "QuantConfig": "quantdbg.config", "Precision": "quantdbg.config",
     "load_model": "quantdbg.model", "save_model": "quantdbg.model",
     "ArrayData": "quantdbg.data", "load_npz": "quantdbg.data",
-    # Q/DQ placement, insertion, removal; the one-call path; the ONNX Runtime backend
-    "quantize": "quantdbg.api",
-    "calibrate": "quantdbg.calibrate", "CalibrationResult": "quantdbg.calibrate",
-    "collect_stats": "quantdbg.stats", "TensorStats": "quantdbg.stats",
-    "TensorRange": "quantdbg.calibrators.base", "register_calibrator": "quantdbg.calibrators",
-    "get_calibrator": "quantdbg.calibrators", "available_calibrators": "quantdbg.calibrators",
-    "write_trt_cache": "quantdbg.cache", "read_trt_cache": "quantdbg.cache",
-    "write_scales_json": "quantdbg.cache", "read_scales_json": "quantdbg.cache",
-    "lint": "quantdbg.lint", "LintReport": "quantdbg.lint",
-    "diagnose": "quantdbg.doctor", "DoctorConfig": "quantdbg.doctor",
-    "write_report": "quantdbg.report", "load_result": "quantdbg.report", "ReportBundle": "quantdbg.report",
-    "load_embedded": "quantdbg.demo", "run_demo": "quantdbg.demo",
-    "QuantTarget": "quantdbg.qdq", "QdqPlan": "quantdbg.qdq", "QdqRecord": "quantdbg.qdq",
-    "QuantizedModel": "quantdbg.qdq", "plan_qdq": "quantdbg.qdq", "insert_qdq": "quantdbg.qdq",
-    "remove_qdq": "quantdbg.qdq", "records_from_model": "quantdbg.qdq",
+    # calibration
+    "calibrate": "quantdbg.calibration.ranges", "CalibrationResult": "quantdbg.calibration.ranges",
+    "collect_stats": "quantdbg.calibration.stats", "TensorStats": "quantdbg.calibration.stats",
+    "TensorRange": "quantdbg.calibration.calibrators.base",
+    "register_calibrator": "quantdbg.calibration.calibrators.base",
+    "get_calibrator": "quantdbg.calibration.calibrators.base",
+    "available_calibrators": "quantdbg.calibration.calibrators.base",
+    # Q/DQ placement, insertion, removal; the one-call path; caches
+    "QuantTarget": "quantdbg.placement.plan", "QdqPlan": "quantdbg.placement.plan",
+    "plan_qdq": "quantdbg.placement.plan",
+    "QdqRecord": "quantdbg.qdq.records", "QuantizedModel": "quantdbg.qdq.records",
+    "insert_qdq": "quantdbg.qdq.insert", "remove_qdq": "quantdbg.qdq.remove",
+    "records_from_model": "quantdbg.qdq.foreign", "quantize": "quantdbg.qdq.quantizer",
+    "write_trt_cache": "quantdbg.qdq.cache", "read_trt_cache": "quantdbg.qdq.cache",
+    "write_scales_json": "quantdbg.qdq.cache", "read_scales_json": "quantdbg.qdq.cache",
+    # the ONNX Runtime backend
     "OnnxrtRunner": "quantdbg.backends.onnxrt", "OrtConfig": "quantdbg.backends.onnxrt",
     # sensitivity analysis and fallback search
-    "analyze_sensitivity": "quantdbg.sensitivity", "SensitivityReport": "quantdbg.sensitivity",
-    "search_fallback": "quantdbg.fallback", "auto_fallback": "quantdbg.fallback",
-    "FallbackTarget": "quantdbg.fallback", "FallbackPlan": "quantdbg.fallback",
-    "FallbackConfig": "quantdbg.fallback", "write_mixed_model": "quantdbg.fallback",
+    "analyze_sensitivity": "quantdbg.sensitivity.analyze",
+    "SensitivityReport": "quantdbg.sensitivity.analyze",
+    "search_fallback": "quantdbg.fallback.search", "auto_fallback": "quantdbg.fallback.search",
+    "FallbackTarget": "quantdbg.fallback.search", "FallbackPlan": "quantdbg.fallback.search",
+    "FallbackConfig": "quantdbg.fallback.search", "write_mixed_model": "quantdbg.fallback.search",
+    # diagnostics and reports
+    "lint": "quantdbg.diagnostics.linter", "LintReport": "quantdbg.diagnostics.linter",
+    "diagnose": "quantdbg.diagnostics.doctor", "DoctorConfig": "quantdbg.diagnostics.doctor",
+    "write_report": "quantdbg.report.render", "load_result": "quantdbg.report.render",
+    "ReportBundle": "quantdbg.report.render",
+    "load_embedded": "quantdbg.demo", "run_demo": "quantdbg.demo",
 }
 
 

@@ -33,6 +33,10 @@ class BackendError(QuantDbgError, RuntimeError):
     """A backend (ONNX Runtime, TensorRT) failed to build or run a model."""
 
 
+class FormatError(QuantDbgError, ValueError):
+    """A file quantdbg reads (result, plan, progress, cache, scales) is malformed or of another format."""
+
+
 class NotCalibratedError(QuantDbgError, ValueError):
     """A tensor needs a quantization range that calibration did not produce."""
 

@@ -8,15 +8,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-from quantdbg import _kernels
+from quantdbg.calibration import _kernels as _kernels
 
 CHILD = textwrap.dedent("""
     import json, resource, sys
     import numpy as np
     import onnx, onnx_graphsurgeon as gs
     import onnxruntime as ort
-    from quantdbg import _kernels
-    from quantdbg.calibrate import calibrate
+    from quantdbg.calibration import _kernels
+    from quantdbg.calibration.ranges import calibrate
     from quantdbg.config import CalibConfig
 
     n_samples, batch, channels = int(sys.argv[1]), 16, 64

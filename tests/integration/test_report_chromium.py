@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import models_doctor  # noqa: E402
 
-from quantdbg import report  # noqa: E402
+from quantdbg.report import render as report  # noqa: E402
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser")) if p), None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None,

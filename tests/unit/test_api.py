@@ -8,10 +8,12 @@ import pytest
 from onnx import numpy_helper
 
 import quantdbg
-from quantdbg.api import quantize
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import DataError, ModelError
-from quantdbg.qdq import QuantizedModel, plan_qdq, records_from_model
+from quantdbg.placement.plan import plan_qdq
+from quantdbg.qdq.foreign import records_from_model
+from quantdbg.qdq.quantizer import quantize
+from quantdbg.qdq.records import QuantizedModel
 
 
 def mlp_activations(model: onnx.ModelProto, x: np.ndarray) -> dict[str, np.ndarray]:

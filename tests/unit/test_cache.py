@@ -8,12 +8,12 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from quantdbg import cache
-from quantdbg.calibrate import CalibrationResult
-from quantdbg.calibrators import TensorRange
+from quantdbg.calibration.calibrators import TensorRange
+from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.calibration.stats import TensorStats
 from quantdbg.errors import ConfigError, DataError
-from quantdbg.qdq import QdqRecord, QuantizedModel
-from quantdbg.stats import TensorStats
+from quantdbg.qdq import cache as cache
+from quantdbg.qdq.records import QdqRecord, QuantizedModel
 
 
 def _result() -> CalibrationResult:

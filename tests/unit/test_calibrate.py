@@ -9,13 +9,18 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from quantdbg.calibrate import CalibrationResult, calib_config_from_dict, calib_config_to_dict, calibrate
-from quantdbg.calibrators import EntropyConfig, PercentileConfig, get_calibrator
+from quantdbg.calibration.calibrators import EntropyConfig, PercentileConfig, get_calibrator
+from quantdbg.calibration.ranges import (
+    CalibrationResult,
+    calib_config_from_dict,
+    calib_config_to_dict,
+    calibrate,
+)
+from quantdbg.calibration.stats import merge_stats
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData
 from quantdbg.errors import ConfigError, QuantDbgWarning
-from quantdbg.qdq import QdqPlan, QuantTarget, plan_qdq
-from quantdbg.stats import merge_stats
+from quantdbg.placement.plan import QdqPlan, QuantTarget, plan_qdq
 
 
 def _opts() -> ort.SessionOptions:
@@ -117,7 +122,7 @@ def test_calibrate_leaves_the_model_untouched(rng):
 
 
 def test_calibrate_loaded_equals_calibrate(rng):
-    from quantdbg.calibrate import calibrate_loaded
+    from quantdbg.calibration.ranges import calibrate_loaded
     from quantdbg.model import load_model, name_nodes
 
     data = _data(rng, (4, 8, 8))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import entropy as scipy_entropy
 
-from quantdbg.calibrators import (
+from quantdbg.calibration.calibrators import (
     Calibrator,
     EntropyConfig,
     MinMaxConfig,
@@ -24,11 +24,11 @@ from quantdbg.calibrators import (
     get_calibrator,
     register_calibrator,
 )
-from quantdbg.calibrators.entropy import best_candidate, entropy_divergences
-from quantdbg.calibrators.mse import mse_errors
-from quantdbg.calibrators.percentile import percentile_edge
+from quantdbg.calibration.calibrators.entropy import best_candidate, entropy_divergences
+from quantdbg.calibration.calibrators.mse import mse_errors
+from quantdbg.calibration.calibrators.percentile import percentile_edge
+from quantdbg.calibration.stats import TensorCollector, TensorStats
 from quantdbg.errors import ConfigError, QuantDbgWarning
-from quantdbg.stats import TensorCollector, TensorStats
 
 
 def _stats(values: np.ndarray, num_bins: int = 2048, name: str = "t") -> TensorStats:
@@ -259,7 +259,7 @@ def test_spec_json_round_trip():
 def test_entry_point_plugins_load_lazily(tmp_path, monkeypatch, rng):
     (tmp_path / "quantdbg_halfmax_plugin.py").write_text(textwrap.dedent("""
         from dataclasses import dataclass
-        from quantdbg.calibrators import Calibrator, register_calibrator
+        from quantdbg.calibration.calibrators import Calibrator, register_calibrator
 
         @dataclass(frozen=True)
         class HalfMaxConfig:

@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from quantdbg.cli import main
-from quantdbg.lint import lint
+from quantdbg.diagnostics.linter import lint
 
 
 @pytest.fixture

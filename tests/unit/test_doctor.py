@@ -9,13 +9,12 @@ import models_doctor
 import numpy as np
 import pytest
 
-from quantdbg.api import quantize
-from quantdbg.calibrate import CalibrationResult
-from quantdbg.calibrators import get_calibrator
-from quantdbg.calibrators.base import TensorRange
+from quantdbg.calibration.calibrators import get_calibrator
+from quantdbg.calibration.calibrators.base import TensorRange
+from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.calibration.stats import Collector, collect_stats
 from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.doctor import CheckRun, DoctorConfig, DoctorReport, diagnose, format_text
-from quantdbg.doctor_checks import (
+from quantdbg.diagnostics.checks import (
     CHECKS,
     ChunkedStats,
     Confirmation,
@@ -36,9 +35,10 @@ from quantdbg.doctor_checks import (
     sort_findings,
     weight_zeroing,
 )
+from quantdbg.diagnostics.doctor import CheckRun, DoctorConfig, DoctorReport, diagnose, format_text
 from quantdbg.errors import ConfigError
 from quantdbg.model import load_model
-from quantdbg.stats import Collector, collect_stats
+from quantdbg.qdq.quantizer import quantize
 
 
 def _stats(name: str, values: np.ndarray, num_bins: int = 2048):
@@ -220,14 +220,14 @@ def _doctored_mlp(rng):
     r = ranges["r"]
     ranges["r"] = TensorRange("r", r.lo * 100, r.hi * 100, r.method)
     bad = CalibrationResult(ranges, honest.calibration.stats, honest.calibration.config, 1, 64)
-    from quantdbg.qdq import insert_qdq
+    from quantdbg.qdq.insert import insert_qdq
 
     return model, insert_qdq(model, bad), data
 
 
 def test_sensitive_layers_confirms_the_doctored_layer_in_isolation(rng):
     from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
-    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
+    from quantdbg.sensitivity.analyze import VariantEvaluator, analyze_sensitivity
 
     model, qmodel, data = _doctored_mlp(rng)
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from quantdbg.errors import BackendError, ConfigError, DataError
-from quantdbg.evaluate import (
+from quantdbg.evaluation.task import (
     Accuracy,
     CommandMetric,
     ModelFunction,

@@ -10,10 +10,7 @@ import models_lint
 import onnx
 import pytest
 
-from quantdbg.backends.tensorrt import ShapeRange
-from quantdbg.config import Precision
-from quantdbg.errors import ConfigError, ModelError
-from quantdbg.interop import (
+from quantdbg.backends.tensorrt.commands import (
     BuildCommands,
     EngineBuildSpec,
     build_commands,
@@ -21,6 +18,9 @@ from quantdbg.interop import (
     polygraphy_run_command,
     trtexec_command,
 )
+from quantdbg.backends.tensorrt.runner import ShapeRange
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError, ModelError
 
 SPEC = EngineBuildSpec(
     model=Path("/data/my models/mixed.onnx"),

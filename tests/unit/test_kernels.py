@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from quantdbg import _kernels as K
+from quantdbg.calibration import _kernels as K
 
 BINS = 1 << 12
 

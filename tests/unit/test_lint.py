@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
+from quantdbg.diagnostics.linter import RULES, Finding, LintReport, Severity, lint
 from quantdbg.errors import ConfigError
-from quantdbg.lint import RULES, Finding, LintReport, Severity, lint
 
 # Rule -> the node its model should be reported on (hand-derived from the builders).
 EXPECTED_NODE = {
@@ -183,7 +183,7 @@ def test_dequantized_input_into_an_lstm_is_flagged():
     # TensorRT has no INT8 LSTM: a DQ feeding one only adds a reformat layer.
     from onnx import TensorProto, helper, numpy_helper
 
-    from quantdbg.lint import lint
+    from quantdbg.diagnostics.linter import lint
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "zp"),

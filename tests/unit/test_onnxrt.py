@@ -179,7 +179,7 @@ def test_default_config_simulates_qdq_as_onnx_defines_it(rng):
     import models_sensitivity as ms
 
     from quantdbg.config import Precision
-    from quantdbg.qdq import remove_qdq
+    from quantdbg.qdq.remove import remove_qdq
 
     model = ms.mlp4()
     feeds = ms.feeds_for(model, rng)

@@ -12,10 +12,12 @@ import sys
 import models_doctor
 import pytest
 
-from quantdbg import report, report_plots, report_sections
-from quantdbg.doctor_checks import Evidence
+from quantdbg.diagnostics.checks import Evidence
 from quantdbg.errors import ConfigError
-from quantdbg.report import ReportBundle
+from quantdbg.report import plots as report_plots
+from quantdbg.report import render as report
+from quantdbg.report import sections as report_sections
+from quantdbg.report.render import ReportBundle
 
 KINDS = ("calibration", "sensitivity", "fallback", "lint", "doctor", "bundle")
 PRIMARY = {"calibration": "calibration-ranges", "sensitivity": "sensitivity-ranking",
@@ -94,7 +96,7 @@ def test_dataframe_holds_raw_values(results):
 
 def test_dataframe_without_pandas_names_the_extra():
     code = ("import sys; sys.modules['pandas'] = None\n"
-            "from quantdbg import report\n"
+            "from quantdbg.report import render as report\n"
             "from quantdbg.errors import MissingDependencyError\n"
             "try:\n    report.to_dataframe(object())\nexcept MissingDependencyError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -105,7 +107,7 @@ def test_html_without_matplotlib_needs_the_extra_unless_plots_are_off(results, t
     path = tmp_path / "fallback.json"
     report.write_report(results["fallback"], json=path)
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from quantdbg import report\n"
+            "from quantdbg.report import render as report\n"
             "from quantdbg.errors import MissingDependencyError\n"
             f"r = report.load_result({str(path)!r})\n"
             "assert 'Plots omitted' in report.render_html(r, plots=False)\n"

@@ -9,22 +9,23 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from quantdbg import _analysis
-from quantdbg._evidence import weight_evidence
 from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, ModelError
-from quantdbg.evaluate import OutputFunction
-from quantdbg.metrics import compare_arrays
+from quantdbg.evaluation.metrics import compare_arrays
+from quantdbg.evaluation.task import OutputFunction
 from quantdbg.model import load_model, name_nodes
-from quantdbg.qdq import QdqRecord, remove_qdq
-from quantdbg.sensitivity import (
+from quantdbg.qdq.records import QdqRecord
+from quantdbg.qdq.remove import remove_qdq
+from quantdbg.sensitivity import graphs as _analysis
+from quantdbg.sensitivity.analyze import (
     MODES,
     SensitivityReport,
     _glob_escape,
     analyze_sensitivity,
     suggest_calibrators,
 )
+from quantdbg.sensitivity.evidence import weight_evidence
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 PLANTED = {"mlp4": ("act1", "fc2"), "small_cnn": ("r1", "conv2")}
@@ -241,7 +242,7 @@ def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
     turning such a pair off must keep the clamp, or every variant without it is garbage."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from quantdbg.qdq import records_from_model
+    from quantdbg.qdq.foreign import records_from_model
 
     model = ms.small_cnn()
     feeds = ms.feeds_for(model, rng)

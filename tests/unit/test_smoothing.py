@@ -11,10 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg.api import quantize
-from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.errors import ConfigError, DataError, ModelError, QuantDbgWarning
-from quantdbg.smoothing import (
+from quantdbg.calibration.smoothing import (
     Migration,
     SmoothingConfig,
     SmoothingResult,
@@ -23,6 +20,9 @@ from quantdbg.smoothing import (
     smooth,
     smoothing_scales,
 )
+from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.errors import ConfigError, DataError, ModelError, QuantDbgWarning
+from quantdbg.qdq.quantizer import quantize
 
 
 def _run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

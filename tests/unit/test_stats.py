@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg import stats as S
+from quantdbg.calibration import stats as S
 from quantdbg.data import ArrayData
 from quantdbg.errors import BackendError, DataError, ModelError, NotCalibratedError
 

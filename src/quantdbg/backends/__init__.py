@@ -59,7 +59,7 @@ def make_runner_factory(backend: BackendName = "onnxrt", config: Any = None) -> 
             raise ConfigError(f"The onnxrt backend takes an OrtConfig, got {type(config).__name__}.")
         return OnnxrtRunnerFactory(config)
     if backend == "tensorrt":
-        module = importlib.import_module("quantdbg.backends.tensorrt")  # imports no tensorrt itself
+        module = importlib.import_module("quantdbg.backends.tensorrt.runner")  # imports no tensorrt itself
         if config is not None and not isinstance(config, module.TrtConfig):
             raise ConfigError(f"The tensorrt backend takes a TrtConfig, got {type(config).__name__}.")
         if not _tensorrt_usable():
@@ -80,7 +80,7 @@ class _TrtRunnerFactory(RunnerFactory):
         self.config = config
 
     def __call__(self, model: Any) -> Runner:
-        module = importlib.import_module("quantdbg.backends.tensorrt")
+        module = importlib.import_module("quantdbg.backends.tensorrt.runner")
         if self.config is None:
             return module.TrtRunner(model)
         return module.TrtRunner(model, self.config)

@@ -1,0 +1,68 @@
+"""The display hook: results ask here for their notebook HTML and DataFrame, the report package answers.
+
+A result type lower in the pipeline (a calibration, a lint report) must not import the report
+package, which sits above it and imports it back. So a result's ``_repr_html_`` calls
+:func:`html`, which looks up the renderer registered for the result's type. Renderers are
+registered by the modules named in :func:`add_provider`; the package facade names
+``quantdbg.report.display`` once, and the first lookup imports it (the way IPython's formatters
+or entry points work). Rendering only formats what the result already holds.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+Renderer = Callable[[Any], Any]
+
+_HTML: dict[type, Renderer] = {}
+_FRAMES: dict[type, Renderer] = {}
+_PROVIDERS: list[str] = []
+_LOADED: set[str] = set()
+
+
+def add_provider(module: str) -> None:
+    """Names a module that registers renderers when imported (imported on the first lookup)."""
+    if module not in _PROVIDERS:
+        _PROVIDERS.append(module)
+
+
+def register(cls: type, *, html: Renderer | None = None, frame: Renderer | None = None) -> None:
+    """Registers the HTML and/or DataFrame renderer of a result type."""
+    if html is not None:
+        _HTML[cls] = html
+    if frame is not None:
+        _FRAMES[cls] = frame
+
+
+def _lookup(table: dict[type, Renderer], obj: Any) -> Renderer | None:
+    for module in _PROVIDERS:
+        if module not in _LOADED:
+            _LOADED.add(module)
+            importlib.import_module(module)
+    for cls in type(obj).__mro__:
+        if cls in table:
+            return table[cls]
+    return None
+
+
+def html(obj: Any) -> str:
+    """The notebook HTML of a result (a plain ``<pre>`` of its repr when no renderer is registered)."""
+    renderer = _lookup(_HTML, obj)
+    if renderer is None:
+        import html as escape
+
+        return f"<pre>{escape.escape(repr(obj))}</pre>"
+    return str(renderer(obj))
+
+
+def frame(obj: Any) -> Any:
+    """The pandas DataFrame of a result.
+
+    Raises:
+        TypeError: No DataFrame renderer is registered for its type.
+    """
+    renderer = _lookup(_FRAMES, obj)
+    if renderer is None:
+        raise TypeError(f"{type(obj).__name__} has no DataFrame form.")
+    return renderer(obj)

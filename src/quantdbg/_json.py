@@ -1,0 +1,365 @@
+"""One JSON codec for the frozen dataclasses quantdbg reads and writes (configs, results, plans).
+
+:func:`encode` turns a dataclass (or anything inside one) into JSON-ready data; :func:`decode` reads
+it back, driven by the field annotations, and checks every value on the way: a wrong type, a
+missing field or a value outside a ``Literal`` raises :class:`~quantdbg.errors.FormatError` naming
+the field's path (``layers[3].rank``), never a bare KeyError or TypeError. Documents, the
+top-level files, carry a ``format`` tag with a version (:func:`document`)::
+
+    @document("quantdbg.sensitivity", 1)
+    @dataclass(frozen=True)
+    class SensitivityReport: ...
+
+    write(report, "r.json")                       # {"format": "quantdbg.sensitivity/1", ...}
+    report = read(SensitivityReport, "r.json")    # FormatError("r.json: field 'mode': ...")
+
+Conventions: non-finite floats travel as ``"nan"``/``"inf"``/``"-inf"``; enums as their values;
+tuples, lists and sets as lists; mappings with string keys as objects (others as ``[key, value]``
+pairs); NumPy arrays as nested lists, decoded to the dtype given by the field's ``json_array``
+metadata. A class may take over its own form with ``__json_encode__(self)`` and the classmethod
+``__json_decode__(cls, data, where)``, and add derived, read-only keys with ``__json_extra__(self)``
+(decoding ignores keys it does not know).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+import math
+import os
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from quantdbg.errors import FormatError
+
+T = TypeVar("T")
+
+_ARRAY_KEY = "json_array"
+_FORMAT = "format"
+
+
+def json_array(dtype: Any) -> dict[str, Any]:
+    """Field metadata: the field holds a NumPy array of ``dtype`` (``field(metadata=json_array(...))``)."""
+    return {_ARRAY_KEY: np.dtype(dtype)}
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------
+
+def encode_float(value: float) -> float | str:
+    """A float for strict JSON: ``"nan"``, ``"inf"`` and ``"-inf"`` for the non-finite ones."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def encode(value: Any) -> Any:
+    """JSON-ready data for ``value`` (see the module docstring for the conventions)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return encode(value.value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, np.bool_):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return encode_float(float(value))
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return [encode(v) for v in value.tolist()] if value.ndim else encode(value.item())
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _encode_dataclass(value)
+    if isinstance(value, Mapping):
+        if all(isinstance(k, str) for k in value):
+            return {k: encode(v) for k, v in value.items()}
+        return [[encode(k), encode(v)] for k, v in value.items()]
+    if isinstance(value, (set, frozenset)):
+        return [encode(v) for v in sorted(value)]
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    raise TypeError(f"Cannot encode a {type(value).__name__} as JSON.")
+
+
+def _encode_dataclass(value: Any) -> Any:
+    custom = getattr(value, "__json_encode__", None)
+    if custom is not None:
+        return custom()
+    out = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    extra = getattr(value, "__json_extra__", None)
+    if extra is not None:
+        out.update({k: encode(v) for k, v in extra().items()})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------------------------
+
+def _show(data: Any) -> str:
+    text = json.dumps(data) if isinstance(data, (str, int, float, bool, type(None))) else type(data).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def fail(where: str, expected: str, data: Any) -> FormatError:
+    """The error for a value that is not what its field needs."""
+    return FormatError(f"field {where or '(top)'!r}: expected {expected}, got {_show(data)}")
+
+
+def decode_float(data: Any, where: str) -> float:
+    """A float written by :func:`encode_float`."""
+    if isinstance(data, bool) or not isinstance(data, (int, float, str)):
+        raise fail(where, "a number", data)
+    if isinstance(data, str):
+        if data not in ("nan", "inf", "-inf"):
+            raise fail(where, 'a number or "nan"/"inf"/"-inf"', data)
+        return float(data)
+    try:
+        return float(data)
+    except OverflowError as err:  # an integer too large for a float
+        raise fail(where, "a number a float can hold", data) from err
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    module = sys.modules.get(cls.__module__)
+    return typing.get_type_hints(cls, vars(module) if module else None)
+
+
+def decode(tp: Any, data: Any, where: str = "") -> Any:
+    """Reads ``data`` as a value of type ``tp``, checking it (FormatError names ``where``)."""
+    if tp is Any or tp is object:
+        return data
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return _decode_union(typing.get_args(tp), data, where)
+    if origin is typing.Literal:
+        if data not in typing.get_args(tp) or isinstance(data, bool) != any(
+                isinstance(a, bool) for a in typing.get_args(tp) if a == data):
+            choices = ", ".join(json.dumps(a) for a in typing.get_args(tp))
+            raise fail(where, f"one of {choices}", data)
+        return data
+    if origin is not None:
+        return _decode_generic(origin, typing.get_args(tp), data, where)
+    return _decode_plain(tp, data, where)
+
+
+def _decode_union(args: tuple[Any, ...], data: Any, where: str) -> Any:
+    if data is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return decode(arg, data, where)
+        except FormatError as err:
+            errors.append(err)
+    raise errors[0] if len(errors) == 1 else fail(where, " or ".join(_name(a) for a in args), data)
+
+
+def _name(tp: Any) -> str:
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _decode_generic(origin: Any, args: tuple[Any, ...], data: Any, where: str) -> Any:
+    if origin is tuple or origin in (list, set, frozenset, typing.Sequence) or \
+            origin.__name__ in ("Sequence", "Collection", "Iterable"):
+        if not isinstance(data, list):
+            raise fail(where, "a list", data)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(data):
+                raise fail(where, f"a list of {len(args)} items", data)
+            pairs = enumerate(zip(args, data, strict=True))
+            return tuple(decode(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
+        item = args[0] if args else Any
+        values = [decode(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
+        if origin is list:
+            return values
+        return frozenset(values) if origin in (set, frozenset) else tuple(values)
+    if origin in (dict, Mapping) or origin.__name__ == "Mapping":
+        return _decode_mapping(args, data, where)
+    if origin is type:
+        raise fail(where, "a value (types are not JSON)", data)
+    return decode(origin, data, where)
+
+
+def _decode_mapping(args: tuple[Any, ...], data: Any, where: str) -> dict[Any, Any]:
+    key_type, value_type = args if args else (Any, Any)
+    if isinstance(data, dict):
+        items = list(data.items())
+    elif isinstance(data, list) and all(isinstance(p, list) and len(p) == 2 for p in data):
+        items = [(k, v) for k, v in data]
+    else:
+        raise fail(where, "an object", data)
+    return {decode(key_type, k, f"{where}.<key>"): decode(value_type, v, f"{where}.{k}") for k, v in items}
+
+
+def _decode_plain(tp: Any, data: Any, where: str) -> Any:
+    if tp is type(None):
+        if data is not None:
+            raise fail(where, "null", data)
+        return None
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise fail(where, "true or false", data)
+        return data
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise fail(where, "an integer", data)
+        return data
+    if tp is float:
+        return decode_float(data, where)
+    if tp is str:
+        if not isinstance(data, str):
+            raise fail(where, "a string", data)
+        return data
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(data)
+        except ValueError as err:
+            raise fail(where, f"one of {', '.join(json.dumps(m.value) for m in tp)}", data) from err
+    if tp is Path:
+        if not isinstance(data, str):
+            raise fail(where, "a path string", data)
+        return Path(data)
+    if dataclasses.is_dataclass(tp):
+        return _decode_dataclass(tp, data, where)
+    if isinstance(tp, type) and not isinstance(data, tp):
+        raise fail(where, f"a {tp.__name__}", data)
+    return data
+
+
+def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+    custom = getattr(cls, "__json_decode__", None)
+    if custom is not None:
+        return custom(data, where)
+    if not isinstance(data, dict):
+        raise fail(where, f"an object ({cls.__name__})", data)
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        path = f"{where}.{f.name}" if where else f.name
+        if f.name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise FormatError(f"field {path!r} is missing")
+            continue
+        dtype = f.metadata.get(_ARRAY_KEY)
+        kwargs[f.name] = decode_array(data[f.name], dtype, path) if dtype is not None \
+            else decode(hints[f.name], data[f.name], path)
+    return construct(cls, kwargs, where)
+
+
+def construct(cls: Callable[..., T], kwargs: Mapping[str, Any], where: str) -> T:
+    """``cls(**kwargs)``; a value its own validation refuses becomes a FormatError at ``where``."""
+    try:
+        return cls(**kwargs)
+    except FormatError:
+        raise
+    except (ValueError, TypeError) as err:  # the class's __post_init__ refused a value
+        raise FormatError(f"field {where or '(top)'!r}: {err}") from err
+
+
+def decode_array(data: Any, dtype: np.dtype | None, where: str) -> np.ndarray | None:
+    """A NumPy array of ``dtype`` from nested lists (None stays None); ragged or mistyped data fails."""
+    if data is None:
+        return None
+    try:
+        values = np.asarray(data if not isinstance(data, list) else _floats(data, dtype), dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise fail(where, f"a rectangular array of {np.dtype(dtype).name}", data) from err
+    if values.dtype == object:
+        raise fail(where, "a rectangular array of numbers", data)
+    return values
+
+
+def _floats(data: list[Any], dtype: np.dtype | None) -> list[Any]:
+    if dtype is None or np.dtype(dtype).kind != "f":
+        return data
+    return [_floats(v, dtype) if isinstance(v, list) else (float(v) if v in ("nan", "inf", "-inf") else v)
+            for v in data]
+
+
+# --------------------------------------------------------------------------------------------
+# Documents: top-level files with a format tag
+# --------------------------------------------------------------------------------------------
+
+_DOCUMENTS: dict[str, type] = {}
+
+
+def document(name: str, version: int) -> Callable[[type[T]], type[T]]:
+    """Class decorator: the class is a document written with ``"format": "<name>/<version>"``."""
+    def decorate(cls: type[T]) -> type[T]:
+        cls.__json_format__ = f"{name}/{version}"  # type: ignore[attr-defined]
+        _DOCUMENTS[name] = cls
+        return cls
+    return decorate
+
+
+def format_of(cls: type) -> str:
+    """The ``format`` tag of a document class."""
+    return cls.__json_format__  # type: ignore[attr-defined, no-any-return]
+
+
+def document_types() -> Mapping[str, type]:
+    """Document name (without version) -> class, for the classes imported so far."""
+    return types.MappingProxyType(_DOCUMENTS)
+
+
+def dump(value: Any) -> dict[str, Any]:
+    """A document's JSON data, its format tag first."""
+    return {_FORMAT: format_of(type(value)), **encode(value)}
+
+
+def load(cls: type[T], data: Any, source: str = "<data>") -> T:
+    """Reads a document of class ``cls`` from parsed JSON.
+
+    Raises:
+        FormatError: The data is not a ``cls`` document of this version, or a field is wrong;
+            the message names ``source`` and the field.
+    """
+    expected = format_of(cls)
+    try:
+        if not isinstance(data, dict):
+            raise fail("", f"a JSON object ({expected})", data)
+        found = data.get(_FORMAT)
+        if found != expected:
+            raise FormatError(f"format is {found!r}, expected {expected!r}")
+        return decode(cls, {k: v for k, v in data.items() if k != _FORMAT})  # type: ignore[no-any-return]
+    except FormatError as err:
+        raise FormatError(f"{source}: not a valid {expected} document: {err}. Re-create it with the "
+                          "quantdbg command that wrote it.") from None
+
+
+def parse(text: str | bytes, source: str) -> Any:
+    """``json.loads`` whose failures (syntax, nesting too deep) are FormatErrors naming ``source``."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise FormatError(f"{source}: not valid JSON ({type(err).__name__}: {err}).") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parsed JSON of a file; unreadable or malformed files raise FormatError naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise FormatError(f"Cannot read {os.fspath(path)!r}: {err.strerror or err}.") from err
+    return parse(raw, repr(os.fspath(path)))
+
+
+def read(cls: type[T], path: str | os.PathLike) -> T:
+    """Reads a document file written by :func:`dump` (see :func:`load` for the errors)."""
+    return load(cls, read_json(path), repr(os.fspath(path)))

@@ -1,0 +1,292 @@
+"""Ready-to-run trtexec and Polygraphy commands that build the engine a fallback plan describes.
+
+The mixed-precision model a fallback plan writes already says everything TensorRT needs: INT8 where
+Q/DQ pairs are, FP16 where the fallback layers were cast. So every command here builds a *strongly
+typed* network (``trtexec --stronglyTyped``, ``polygraphy ... --strongly-typed``) with no precision
+flags; the fallback node names only appear in a comment, for the record.
+
+Flags follow TensorRT 10's trtexec (``--onnx``, ``--stronglyTyped``, ``--minShapes/--optShapes/
+--maxShapes``, ``--saveEngine``, ``--timingCacheFile``, ``--memPoolSize``, ``--builderOptimizationLevel``,
+``--noTF32``, ``--profilingVerbosity``, ``--exportLayerInfo``) and Polygraphy's ``convert``/``run``
+(``--convert-to trt``, ``--strongly-typed``, ``--trt-min-shapes``..., ``--load-timing-cache``,
+``--save-timing-cache``, ``--pool-limit``, ``--builder-optimization-level``, ``--tf32``,
+``--input-shapes``, ``--trt``, ``--onnxrt``). Every argument is quoted with :func:`shlex.quote`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, cast
+
+import onnx
+
+from quantdbg.backends.tensorrt.runner import ShapeRange, resolve_profile
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError, ModelError
+from quantdbg.model import input_specs
+
+
+def _path(value: str | os.PathLike[str] | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+@dataclass(frozen=True)
+class EngineBuildSpec:
+    """What a TensorRT engine build needs, independent of the tool that runs it.
+
+    Attributes:
+        model: The mixed-precision (Q/DQ + FP16) ONNX model.
+        shapes: Input name -> optimization-profile range, for every input with a dynamic dimension.
+        engine: Where to save the engine (None: build only).
+        timing_cache: Timing-cache file to read and update.
+        layer_info: Where trtexec writes the engine inspector JSON (implies detailed profiling
+            verbosity); read it back with :func:`quantdbg.backends.tensorrt.parse_engine_info`.
+        fallback_nodes: ONNX nodes the plan keeps out of INT8 (recorded in the script comment).
+        fallback_precision: Precision of those nodes in the model.
+        workspace_mib: Workspace memory-pool limit in MiB (None: TensorRT's default).
+        builder_optimization_level: 0-5 (None: TensorRT's default, 3).
+        tf32: Allow TF32 for FP32 layers (trtexec's default; Polygraphy needs ``--tf32`` for it).
+    """
+
+    model: Path
+    shapes: Mapping[str, ShapeRange] = field(default_factory=dict)
+    engine: Path | None = None
+    timing_cache: Path | None = None
+    layer_info: Path | None = None
+    fallback_nodes: tuple[str, ...] = ()
+    fallback_precision: Precision = Precision.FP16
+    workspace_mib: int | None = None
+    builder_optimization_level: int | None = None
+    tf32: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", Path(self.model))
+        for name in ("engine", "timing_cache", "layer_info"):
+            object.__setattr__(self, name, _path(getattr(self, name)))
+        if isinstance(cast(object, self.fallback_nodes), str):  # a common slip, caught at run time
+            raise ConfigError("fallback_nodes takes a sequence of node names, not one string.")
+        object.__setattr__(self, "fallback_nodes", tuple(self.fallback_nodes))
+        object.__setattr__(self, "fallback_precision", Precision(self.fallback_precision))
+        for name, rng in self.shapes.items():
+            if not isinstance(rng, ShapeRange):
+                raise ConfigError(f"shapes[{name!r}] must be a ShapeRange, got {type(rng).__name__}.")
+        object.__setattr__(self, "shapes", MappingProxyType(dict(self.shapes)))
+        if self.workspace_mib is not None and self.workspace_mib <= 0:
+            raise ConfigError(f"workspace_mib must be > 0 or None, got {self.workspace_mib}.")
+        level = self.builder_optimization_level
+        if level is not None and not 0 <= level <= 5:
+            raise ConfigError(f"builder_optimization_level must be in [0, 5] or None, got {level}.")
+
+    @classmethod
+    def from_model(cls, model: str | os.PathLike[str], batch: tuple[int, int, int] = (1, 8, 32),
+                   shapes: Mapping[str, ShapeRange] | None = None, **options: Any) -> EngineBuildSpec:
+        """Reads the model's inputs and fills in the profile of every dynamic one.
+
+        Args:
+            model: Path of the mixed-precision ONNX model (only its graph inputs are read).
+            batch: (min, opt, max) batch size for inputs whose only dynamic dimension is axis 0.
+            shapes: Explicit ranges for other dynamic inputs (e.g. sequence length).
+            **options: Any other :class:`EngineBuildSpec` field (engine, fallback_nodes, ...).
+
+        Returns:
+            The spec.
+
+        Raises:
+            ModelError: The model file cannot be read.
+            ConfigError: An input has a dynamic dimension other than axis 0 and no explicit range.
+        """
+        path = Path(model)
+        if not path.is_file():
+            raise ModelError(f"Model file {str(path)!r} does not exist or is not a file.")
+        try:
+            proto = onnx.load(str(path), load_external_data=False)  # the graph inputs are all we need
+        except Exception as err:  # protobuf raises several unrelated types
+            raise ModelError(f"Cannot parse {str(path)!r} as an ONNX model: {err}") from err
+        profile = resolve_profile(input_specs(proto), shapes or {}, batch)
+        return cls(path, profile, **options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "model": str(self.model),
+            "shapes": {name: rng.to_dict() for name, rng in self.shapes.items()},
+            **{name: None if getattr(self, name) is None else str(getattr(self, name))
+               for name in ("engine", "timing_cache", "layer_info")},
+            "fallback_nodes": list(self.fallback_nodes),
+            "fallback_precision": self.fallback_precision.value,
+            "workspace_mib": self.workspace_mib,
+            "builder_optimization_level": self.builder_optimization_level,
+            "tf32": self.tf32,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EngineBuildSpec:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            model=Path(data["model"]),
+            shapes={name: ShapeRange.from_dict(rng) for name, rng in data["shapes"].items()},
+            engine=_path(data["engine"]), timing_cache=_path(data["timing_cache"]),
+            layer_info=_path(data["layer_info"]), fallback_nodes=tuple(data["fallback_nodes"]),
+            fallback_precision=Precision(data["fallback_precision"]), workspace_mib=data["workspace_mib"],
+            builder_optimization_level=data["builder_optimization_level"], tf32=data["tf32"],
+        )
+
+
+@dataclass(frozen=True)
+class BuildCommands:
+    """The same engine build, spelled for each tool.
+
+    Attributes:
+        trtexec: Builds (and benchmarks) the engine with trtexec.
+        polygraphy_convert: Builds the engine with ``polygraphy convert``.
+        polygraphy_run: Builds it in memory and compares TensorRT's outputs with ONNX Runtime's.
+        comment: Shell comment lines recording the fallback nodes.
+    """
+
+    trtexec: str
+    polygraphy_convert: str
+    polygraphy_run: str
+    comment: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"trtexec": self.trtexec, "polygraphy_convert": self.polygraphy_convert,
+                "polygraphy_run": self.polygraphy_run, "comment": self.comment}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, str]) -> BuildCommands:
+        """Inverse of :meth:`to_dict`."""
+        return cls(data["trtexec"], data["polygraphy_convert"], data["polygraphy_run"],
+                   data.get("comment", ""))
+
+    def to_script(self) -> str:
+        """A POSIX shell script running the trtexec build, with the Polygraphy equivalents commented."""
+        lines = ["#!/bin/sh", "set -e"]
+        if self.comment:
+            lines.append(self.comment)
+        lines += [self.trtexec, "", "# Equivalent Polygraphy build:", f"# {self.polygraphy_convert}",
+                  "# Compare TensorRT with ONNX Runtime on random inputs:", f"# {self.polygraphy_run}"]
+        return "\n".join(lines) + "\n"
+
+
+def _trtexec_name(name: str) -> str:
+    # trtexec splits shape specs on ':' and ','; names containing them go in single quotes.
+    return f"'{name}'" if any(c in name for c in ":,'") else name
+
+
+def _trtexec_shapes(shapes: Mapping[str, ShapeRange], which: str) -> str:
+    return ",".join(f"{_trtexec_name(name)}:{'x'.join(map(str, getattr(rng, which)))}"
+                    for name, rng in shapes.items())
+
+
+def _join(args: Sequence[str | os.PathLike[str]]) -> str:
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def trtexec_command(spec: EngineBuildSpec) -> str:
+    """The ``trtexec`` command line that builds ``spec``'s engine (strongly typed).
+
+    Args:
+        spec: The build.
+
+    Returns:
+        A shell-quoted command.
+    """
+    args: list[str] = ["trtexec", f"--onnx={spec.model}", "--stronglyTyped"]
+    if spec.shapes:
+        args += [f"--{which}Shapes={_trtexec_shapes(spec.shapes, which)}" for which in ("min", "opt", "max")]
+    if spec.engine is not None:
+        args.append(f"--saveEngine={spec.engine}")
+    if spec.timing_cache is not None:
+        args.append(f"--timingCacheFile={spec.timing_cache}")
+    if spec.workspace_mib is not None:
+        args.append(f"--memPoolSize=workspace:{spec.workspace_mib}M")
+    if spec.builder_optimization_level is not None:
+        args.append(f"--builderOptimizationLevel={spec.builder_optimization_level}")
+    if not spec.tf32:
+        args.append("--noTF32")
+    if spec.layer_info is not None:
+        args += ["--profilingVerbosity=detailed", f"--exportLayerInfo={spec.layer_info}"]
+    return _join(args)
+
+
+def _polygraphy_common(spec: EngineBuildSpec) -> list[str]:
+    args: list[str] = ["--strongly-typed"]
+    for which in ("min", "opt", "max"):
+        if spec.shapes:
+            args.append(f"--trt-{which}-shapes")
+            args += [f"{name}:[{','.join(map(str, getattr(rng, which)))}]"
+                     for name, rng in spec.shapes.items()]
+    if spec.timing_cache is not None:
+        cache = str(spec.timing_cache)
+        args += ["--load-timing-cache", cache, "--save-timing-cache", cache]
+    if spec.workspace_mib is not None:
+        args += ["--pool-limit", f"workspace:{spec.workspace_mib}M"]
+    if spec.builder_optimization_level is not None:
+        args += ["--builder-optimization-level", str(spec.builder_optimization_level)]
+    if spec.tf32:
+        args.append("--tf32")  # TensorRT's default, which Polygraphy turns off unless asked
+    return args
+
+
+def polygraphy_convert_command(spec: EngineBuildSpec) -> str:
+    """The ``polygraphy convert`` command line equivalent to :func:`trtexec_command`.
+
+    Args:
+        spec: The build; ``spec.engine`` must be set (convert writes a file).
+
+    Returns:
+        A shell-quoted command.
+
+    Raises:
+        ConfigError: ``spec.engine`` is None.
+    """
+    if spec.engine is None:
+        raise ConfigError("polygraphy convert writes the engine to a file: set EngineBuildSpec.engine.")
+    args = ["polygraphy", "convert", str(spec.model), "--convert-to", "trt", "-o", str(spec.engine)]
+    if spec.layer_info is not None:
+        args += ["--profiling-verbosity", "detailed"]
+    return _join(args + _polygraphy_common(spec))
+
+
+def polygraphy_run_command(spec: EngineBuildSpec) -> str:
+    """A ``polygraphy run`` command that builds the engine and compares it with ONNX Runtime.
+
+    Inputs are random (Polygraphy's default data loader) at the profile's opt shapes.
+
+    Args:
+        spec: The build.
+
+    Returns:
+        A shell-quoted command.
+    """
+    args = ["polygraphy", "run", str(spec.model), "--trt", "--onnxrt", *_polygraphy_common(spec)]
+    if spec.shapes:
+        args.append("--input-shapes")
+        args += [f"{name}:[{','.join(map(str, rng.opt))}]" for name, rng in spec.shapes.items()]
+    return _join(args)
+
+
+def build_commands(spec: EngineBuildSpec) -> BuildCommands:
+    """All three commands for ``spec``, plus a comment naming the fallback nodes.
+
+    Args:
+        spec: The build; ``spec.engine`` must be set.
+
+    Returns:
+        The commands.
+
+    Raises:
+        ConfigError: ``spec.engine`` is None.
+    """
+    comment = ""
+    if spec.fallback_nodes:
+        comment = (f"# {len(spec.fallback_nodes)} node(s) kept in {spec.fallback_precision.value.upper()} "
+                   f"(cast in the model; the strongly typed build follows it): "
+                   + ", ".join(" ".join(name.split()) for name in spec.fallback_nodes))
+    return BuildCommands(trtexec_command(spec), polygraphy_convert_command(spec),
+                         polygraphy_run_command(spec), comment)

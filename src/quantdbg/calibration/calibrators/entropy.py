@@ -1,0 +1,141 @@
+"""``entropy``: TensorRT's / pytorch-quantization's KL-divergence calibration, vectorised.
+
+For each candidate threshold bin ``i`` (from ``start_bin`` to the last bin), pytorch-quantization's
+``_compute_amax_entropy`` builds
+
+- ``P``: the first ``i`` bins, with the mass of every clipped bin added to the last one;
+- ``Q``: the first ``i`` bins merged into 128 levels (bin ``j`` goes to level ``floor(128 j / i)``),
+  each level's mass spread evenly over its *non-empty* bins only, empty bins staying empty;
+
+and takes ``KL(P || Q)`` as ``scipy.stats.entropy`` does (both normalised; ``inf`` where ``P > 0``
+and ``Q = 0``). The threshold is the upper edge of bin ``i`` for the *last* ``i`` of least
+divergence. Before all this, bin 0 is given the count of bin 1 (as pytorch-quantization does), so
+the spike of exact zeros after a ReLU does not dominate.
+
+The loop above is O(bins^2) in Python. Here every candidate is done at once: with prefix sums of
+the counts, of the non-empty-bin indicator and of ``n log n``, each level's mass and size is a
+difference of two prefix sums, and ``KL = sum P log P / T - log T - sum P log Q / T + log H``
+(``T`` total mass, ``H`` unclipped mass) needs only per-level terms. One deviation: where every
+value is clipped (``H = 0``) scipy gives NaN, which ``argmin`` would pick; here it is ``inf``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator, validate_num_bins
+from quantdbg.calibration.stats import TensorStats
+from quantdbg.errors import ConfigError
+
+NUM_LEVELS = 128
+"""Positive INT8 levels plus zero: the magnitudes a symmetric 8-bit tensor can take."""
+
+_TIE = 1e-12  # relative: divergences this close to the minimum count as ties (last one wins)
+
+
+@dataclass(frozen=True)
+class EntropyConfig:
+    """Options of ``entropy``.
+
+    Attributes:
+        num_bins: Histogram resolution (None: the collected resolution, 2048 by default).
+        start_bin: First candidate threshold bin (>= 128, as in TensorRT).
+    """
+
+    num_bins: int | None = None
+    start_bin: int = 128
+
+    def __post_init__(self) -> None:
+        validate_num_bins("EntropyConfig", self.num_bins, 2 * NUM_LEVELS)
+        if isinstance(self.start_bin, bool) or not isinstance(self.start_bin, int) \
+                or self.start_bin < NUM_LEVELS:
+            raise ConfigError(f"EntropyConfig.start_bin must be an integer >= {NUM_LEVELS}, "
+                              f"got {self.start_bin!r}.")
+        if self.num_bins is not None and self.start_bin >= self.num_bins:
+            raise ConfigError(f"EntropyConfig.start_bin ({self.start_bin}) must be below num_bins "
+                              f"({self.num_bins}).")
+
+
+@register_calibrator("entropy", config=EntropyConfig)
+class EntropyCalibrator(HistogramCalibrator):
+    """Minimum KL divergence between the clipped |x| distribution and its 128-level version."""
+
+    def compute_amax(self, stats: TensorStats) -> float:
+        """Returns the edge of the last candidate bin of least divergence (at most max |x|)."""
+        hist = self.binned(stats)
+        candidates, divergence = entropy_divergences(hist.counts, self.config.start_bin)
+        best = best_candidate(candidates, divergence)
+        return min(best * hist.width, stats.absmax)
+
+
+def best_candidate(candidates: np.ndarray, divergence: np.ndarray) -> int:
+    """The last candidate whose divergence is the minimum (ties within float rounding)."""
+    low = float(np.min(divergence))
+    if not np.isfinite(low):
+        return int(candidates[-1])  # every candidate infinite: keep everything
+    ties = np.flatnonzero(divergence <= low + _TIE * max(1.0, abs(low)))
+    return int(candidates[ties[-1]])
+
+
+def entropy_divergences(counts: np.ndarray, start_bin: int = 128,
+                        levels: int = NUM_LEVELS) -> tuple[np.ndarray, np.ndarray]:
+    """KL divergence of every candidate threshold bin, vectorised.
+
+    Args:
+        counts: |x| histogram counts (the last bin holds max|x|).
+        start_bin: First candidate (clamped to the number of bins).
+        levels: Quantized levels Q is merged into.
+
+    Returns:
+        ``(candidates, divergence)``: candidate bins ``i`` (threshold = upper edge of bin ``i-1``,
+        i.e. edge ``i``) and ``KL(P_i || Q_i)`` for each (``inf`` where undefined).
+    """
+    bins = np.asarray(counts, dtype=np.float64).copy()
+    n = bins.shape[0]
+    if n >= 2:
+        bins[0] = bins[1]
+    total = float(bins.sum())
+    if levels & (levels - 1):
+        raise ConfigError(f"levels must be a power of two, got {levels}.")
+    cand = np.arange(max(1, min(start_bin, n)), n + 1, dtype=np.int64)
+    prefix = np.concatenate(([0.0], np.cumsum(bins)))
+    prefix_nz = np.concatenate(([0.0], np.cumsum(bins > 0, dtype=np.float64)))
+    xlogx = np.where(bins > 0, bins * np.log(np.where(bins > 0, bins, 1.0)), 0.0)
+    prefix_xlogx = np.concatenate(([0.0], np.cumsum(xlogx)))
+
+    tail = total - prefix[cand]                      # clipped mass, folded into P's last bin
+    kept = prefix[cand]                              # H: mass of Q before normalisation
+    last = bins[cand - 1]
+    p_last = last + tail
+    sum_plogp = prefix_xlogx[cand - 1] + _xlogx(p_last)
+
+    # Level k of candidate i spans bins [ceil(k i / L), ceil((k+1) i / L)); L is a power of two,
+    # so the ceiling division is a shift.
+    shift = levels.bit_length() - 1
+    k = np.arange(levels + 1, dtype=np.int64)
+    edges = (k[None, :] * cand[:, None] + (levels - 1)) >> shift
+    at_edges = prefix[edges]
+    mass = at_edges[:, 1:] - at_edges[:, :-1]
+    at_edges = prefix_nz[edges]
+    size = at_edges[:, 1:] - at_edges[:, :-1]
+    # sum_k mass_k log(mass_k / size_k) over non-empty levels (empty: mass = size = 0 -> term 0)
+    term = np.divide(mass, size, out=np.ones_like(mass), where=size > 0)
+    np.log(term, out=term)
+    term *= mass
+    sum_plogq = term.sum(axis=1)
+    k_last = (levels * (cand - 1)) // cand           # level of bin i-1
+    rows = np.arange(cand.shape[0])
+    mass_last, size_last = mass[rows, k_last], size[rows, k_last]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q_last = np.where(size_last > 0, mass_last / np.maximum(size_last, 1), 0.0)
+        sum_plogq = sum_plogq + np.where(tail > 0, tail * np.log(np.where(q_last > 0, q_last, 1.0)), 0.0)
+        divergence = sum_plogp / total - np.log(total) - sum_plogq / total + np.log(kept)
+    undefined = (kept <= 0) | ((tail > 0) & (last <= 0))
+    divergence = np.where(undefined, np.inf, divergence)
+    return cand, divergence
+
+
+def _xlogx(values: np.ndarray) -> np.ndarray:
+    safe = np.where(values > 0, values, 1.0)
+    return np.where(values > 0, values * np.log(safe), 0.0)

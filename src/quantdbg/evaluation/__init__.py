@@ -1,0 +1,17 @@
+"""Evaluation: how a variant's outputs compare with FP32 (output metrics) and what the user's task
+says of it (task metrics: accuracy, a callable, an external command)."""
+from quantdbg.evaluation.metrics import Comparison, MetricName, OutputMetrics, compare_arrays, compare_outputs
+from quantdbg.evaluation.task import (
+    Accuracy,
+    CommandMetric,
+    ModelFunction,
+    OutputFunction,
+    OutputMetric,
+    TaskMetric,
+    Top1Agreement,
+    as_task_metric,
+)
+
+__all__ = ["Accuracy", "CommandMetric", "Comparison", "MetricName", "ModelFunction", "OutputFunction",
+           "OutputMetric", "OutputMetrics", "TaskMetric", "Top1Agreement", "as_task_metric", "compare_arrays",
+           "compare_outputs"]

@@ -1,0 +1,275 @@
+"""Q/DQ placement: which (node, input) pairs get a Q/DQ pair, decided before any calibration.
+
+Placement follows TensorRT's explicit-quantization guidance:
+
+* both inputs of every Conv, ConvTranspose, Gemm and MatMul are quantized -- weights (initializers)
+  symmetric per output channel, activations symmetric per tensor; never a bias, never an output
+  (TensorRT propagates the DQ forward and the Q backward, so output Q/DQ would only block fusions);
+* the other input of an ``Add`` fed by a quantized Conv is quantized too, so Conv+Add fuse into one
+  INT8 kernel (the ResNet residual);
+* a Concat whose output feeds a quantized node gets its inputs quantized with the scale of its
+  output, so the Concat moves INT8 data and its Q/DQ pairs cancel.
+
+The plan is made before calibration, so exactly the planned activations are calibrated.
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from quantdbg.config import QuantConfig
+from quantdbg.errors import ModelError, unknown
+from quantdbg.model import to_graph
+from quantdbg.quant_math import weight_axis
+
+DEFAULT_QUANT = QuantConfig()
+_FLOAT = np.dtype(np.float32)
+_WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+@dataclass(frozen=True)
+class QuantTarget:
+    """One input of one node that will get a Q/DQ pair.
+
+    Attributes:
+        node: Consumer node name (the "layer").
+        op_type: The consumer's op type.
+        input_index: Which input of the node.
+        tensor: ONNX value name of that input in the FP32 model.
+        kind: ``"weight"`` (an initializer, per-channel) or ``"activation"`` (per tensor).
+        axis: Output-channel axis of a per-channel weight; None for activations and per-tensor
+            weights.
+    """
+
+    node: str
+    op_type: str
+    input_index: int
+    tensor: str
+    kind: Literal["weight", "activation"]
+    axis: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the target as JSON-ready data."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QuantTarget:
+        """Rebuilds a target from :meth:`to_dict` output."""
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class QdqPlan:
+    """Where Q/DQ pairs go, decided before calibration so exactly these tensors are calibrated.
+
+    Attributes:
+        targets: Every (node, input) to quantize, in graph order.
+        shared_scale_groups: Groups of activation tensors that must share one scale (Concat inputs).
+    """
+
+    targets: tuple[QuantTarget, ...]
+    shared_scale_groups: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def activation_tensors(self) -> tuple[str, ...]:
+        """Distinct activation tensors to calibrate, in graph order."""
+        return tuple(dict.fromkeys(t.tensor for t in self.targets if t.kind == "activation"))
+
+    @property
+    def weight_tensors(self) -> tuple[str, ...]:
+        """Distinct weight initializers to quantize, in graph order."""
+        return tuple(dict.fromkeys(t.tensor for t in self.targets if t.kind == "weight"))
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Distinct quantized node names, in graph order."""
+        return tuple(dict.fromkeys(t.node for t in self.targets))
+
+    def consumer_ops(self, tensor: str) -> tuple[str, ...]:
+        """Op types of the quantized nodes that read ``tensor`` (for ``CalibConfig.method_for``)."""
+        return tuple(dict.fromkeys(t.op_type for t in self.targets if t.tensor == tensor))
+
+    def group_of(self, tensor: str) -> tuple[str, ...]:
+        """The shared-scale group holding ``tensor``, or ``(tensor,)`` when it has its own scale."""
+        for group in self.shared_scale_groups:
+            if tensor in group:
+                return group
+        return (tensor,)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the plan as JSON-ready data."""
+        return {"targets": [t.to_dict() for t in self.targets],
+                "shared_scale_groups": [list(g) for g in self.shared_scale_groups]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QdqPlan:
+        """Rebuilds a plan from :meth:`to_dict` output."""
+        return cls(tuple(QuantTarget.from_dict(t) for t in data["targets"]),
+                   tuple(tuple(g) for g in data.get("shared_scale_groups", ())))
+
+
+
+def plan_qdq(model: onnx.ModelProto, config: QuantConfig = DEFAULT_QUANT) -> QdqPlan:
+    """Decides which (node, input) pairs get Q/DQ, before any calibration.
+
+    Unnamed nodes are named as :func:`quantdbg.model.name_nodes` names them, so the plan matches
+    the model :func:`insert_qdq` builds. The model is not modified.
+
+    Args:
+        model: The FP32 model (ideally from :func:`quantdbg.model.load_model`, so tensor dtypes
+            are known; unknown dtypes count as float).
+        config: Op types to quantize, exclusions, and the residual/Concat rules.
+
+    Returns:
+        The plan: targets in graph order and the Concat shared-scale groups.
+
+    Raises:
+        ModelError: An exclusion name or glob matches no node (the message suggests close names).
+    """
+    graph = to_graph(model)
+    _name_graph_nodes(graph)
+    _check_excludes(graph, config)
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
+    targets: dict[tuple[str, int], QuantTarget] = {}
+    quantized_convs: set[str] = set()
+    for node in graph.nodes:
+        if node.op in config.op_types and not config.is_excluded(node.name):
+            found = _node_targets(node, config)
+            for target in found:
+                targets[(target.node, target.input_index)] = target
+            if node.op == "Conv" and found:
+                quantized_convs.add(node.name)
+    if config.quantize_residual_add:
+        for node in graph.nodes:
+            residual = _residual_target(node, quantized_convs, config)
+            if residual is not None:
+                targets.setdefault((residual.node, residual.input_index), residual)
+    groups: list[list[str]] = []
+    if config.share_concat_scales:
+        groups = _concat_targets(graph, targets, config)
+    ordered = sorted(targets.values(), key=lambda t: (order[t.node], t.input_index))
+    return QdqPlan(tuple(ordered), _ordered_groups(groups, ordered))
+
+
+def _name_graph_nodes(graph: gs.Graph) -> None:
+    # Same rule as quantdbg.model.name_nodes, applied to the graph's own copy.
+    seen: set[str] = set()
+    for i, node in enumerate(graph.nodes):
+        if not node.name or node.name in seen:
+            node.name = f"{node.op}_{i}"
+        seen.add(node.name)
+
+
+def _check_excludes(graph: gs.Graph, config: QuantConfig) -> None:
+    names = [node.name for node in graph.nodes]
+    for pattern in config.exclude:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            err = unknown("node", pattern, names)
+            raise ModelError(f"QuantConfig.exclude entry {pattern!r} matches no node. {err}")
+
+
+def is_float(tensor: gs.Tensor) -> bool:
+    """True for a float32 tensor, or one whose type is unknown."""
+    dtype = tensor.dtype
+    if dtype is None:
+        return True
+    return not _is_onnx_enum(dtype) and np.dtype(dtype) == _FLOAT
+
+
+def _is_onnx_enum(dtype: Any) -> bool:
+    # gs keeps dtypes NumPy lacks (bfloat16, float8) as onnx.TensorProto enums (ints).
+    return isinstance(dtype, int) and not isinstance(dtype, np.dtype)
+
+
+def _quantizable_inputs(node: gs.Node) -> list[int]:
+    """Input indices a quantized node of this op type gets Q/DQ on."""
+    present = [i for i, t in enumerate(node.inputs) if t.name and is_float(t)]
+    if node.op in _WEIGHTED_OPS:
+        return [i for i in present if i < 2]  # data and weight; input 2 of Conv/Gemm is the bias
+    # Other op types asked for in QuantConfig.op_types: every float activation input.
+    return [i for i in present if not isinstance(node.inputs[i], gs.Constant)]
+
+
+def _weight_axis(node: gs.Node, index: int, weight: gs.Constant, config: QuantConfig) -> int | None:
+    """Output-channel axis of a weight input, or None when it is quantized per tensor."""
+    if not config.per_channel or index != 1:
+        return None  # a constant on the left of a MatMul/Gemm is quantized per tensor
+    return weight_axis(node.op, len(weight.shape), bool(node.attrs.get("transB", 0)))
+
+
+def _node_targets(node: gs.Node, config: QuantConfig) -> list[QuantTarget]:
+    targets = []
+    for index in _quantizable_inputs(node):
+        tensor = node.inputs[index]
+        if isinstance(tensor, gs.Constant):
+            axis = _weight_axis(node, index, tensor, config)
+            targets.append(QuantTarget(node.name, node.op, index, tensor.name, "weight", axis))
+        else:
+            targets.append(QuantTarget(node.name, node.op, index, tensor.name, "activation"))
+    return targets
+
+
+def _residual_target(node: gs.Node, quantized_convs: set[str], config: QuantConfig) -> QuantTarget | None:
+    """The input of an Add to quantize so TensorRT can fuse the Add into its Conv producer."""
+    if node.op != "Add" or len(node.inputs) != 2 or config.is_excluded(node.name):
+        return None
+    from_conv = [i for i, t in enumerate(node.inputs)
+                 if len(t.inputs) == 1 and t.inputs[0].op == "Conv" and t.inputs[0].name in quantized_convs]
+    if not from_conv or node.inputs[0] is node.inputs[1]:
+        return None
+    # The first Conv-fed input fuses; the other input (identity or projection) is read as INT8.
+    other = 1 - from_conv[0]
+    tensor = node.inputs[other]
+    if isinstance(tensor, gs.Constant) or not is_float(tensor):
+        return None
+    return QuantTarget(node.name, node.op, other, tensor.name, "activation")
+
+
+def _concat_targets(graph: gs.Graph, targets: dict[tuple[str, int], QuantTarget],
+                    config: QuantConfig) -> list[list[str]]:
+    """Adds Q/DQ on the inputs of every Concat whose output is quantized; returns scale groups.
+
+    Repeats until nothing changes, so a Concat feeding a quantized Concat is handled too.
+    """
+    parent: dict[str, str] = {}
+
+    def find(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    done: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        quantized = {t.tensor for t in targets.values() if t.kind == "activation"}
+        for node in graph.nodes:
+            if (node.op != "Concat" or node.name in done or config.is_excluded(node.name)
+                    or node.outputs[0].name not in quantized):
+                continue
+            done.add(node.name)
+            changed = True
+            for index, tensor in enumerate(node.inputs):
+                if isinstance(tensor, gs.Constant) or not is_float(tensor):
+                    continue
+                targets.setdefault((node.name, index),
+                                   QuantTarget(node.name, node.op, index, tensor.name, "activation"))
+                parent[find(tensor.name)] = find(node.outputs[0].name)
+    groups: dict[str, list[str]] = {}
+    for name in parent:
+        groups.setdefault(find(name), []).append(name)
+    return [members for members in groups.values() if len(members) > 1]
+
+
+def _ordered_groups(groups: list[list[str]], targets: list[QuantTarget]) -> tuple[tuple[str, ...], ...]:
+    rank = {name: i for i, name in enumerate(dict.fromkeys(t.tensor for t in targets))}
+    ordered = [tuple(sorted(g, key=lambda name: rank.get(name, len(rank)))) for g in groups]
+    return tuple(sorted(ordered, key=lambda g: rank.get(g[0], len(rank))))
+
+

@@ -1,0 +1,184 @@
+"""Q/DQ insertion (TensorRT explicit quantization): one QuantizeLinear/DequantizeLinear pair per
+planned (node, input), each recorded."""
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.config import QuantConfig
+from quantdbg.errors import ModelError, NotCalibratedError, unknown
+from quantdbg.model import (
+    ModelSource,
+    UniqueNames,
+    fits_in_protobuf,
+    load_model,
+    name_nodes,
+    to_graph,
+    to_model,
+)
+from quantdbg.placement.plan import DEFAULT_QUANT, QdqPlan, QuantTarget, plan_qdq
+from quantdbg.qdq.records import WEIGHT_CALIBRATOR, QdqRecord, QuantizedModel
+from quantdbg.quant_math import scale_from_amax
+
+
+def insert_qdq(model: ModelSource, calibration: CalibrationResult,
+               config: QuantConfig = DEFAULT_QUANT, *, keep_fp: Collection[str] = frozenset(),
+               plan: QdqPlan | None = None) -> QuantizedModel:
+    """Inserts one QuantizeLinear/DequantizeLinear pair per planned (node, input).
+
+    Activations are symmetric per tensor (scale ``amax / 127``, zero point int8 0; a shared-scale
+    group uses the largest amax of its members). Weights stay FP32 initializers followed by
+    QuantizeLinear -> DequantizeLinear with per-channel scales ``channel amax / 127``, so the
+    INT8 values lie in [-127, 127]; TensorRT and ONNX Runtime fold the pair into INT8 weights.
+
+    Args:
+        model: The FP32 model or its path (never modified).
+        calibration: Activation ranges from :func:`quantdbg.calibrate.calibrate`.
+        config: Placement settings (used to plan when ``plan`` is None).
+        keep_fp: Node names to leave without Q/DQ.
+        plan: A plan from :func:`plan_qdq` (e.g. the one calibration used).
+
+    Returns:
+        The Q/DQ model (named nodes, passes onnx.checker) with one record per pair and
+        ``calibration`` attached.
+
+    Raises:
+        ModelError: The model is invalid or already quantized, a ``keep_fp`` name is not a
+            quantizable node, the plan does not match the model, or a weight is not finite.
+        NotCalibratedError: An activation to quantize has no range in ``calibration``.
+    """
+    return insert_qdq_loaded(name_nodes(load_model(model)), calibration, config, keep_fp=keep_fp, plan=plan)
+
+
+def insert_qdq_loaded(fp_model: onnx.ModelProto, calibration: CalibrationResult,
+                      config: QuantConfig = DEFAULT_QUANT, *, keep_fp: Collection[str] = frozenset(),
+                      plan: QdqPlan | None = None) -> QuantizedModel:
+    """:func:`insert_qdq` on a model already through ``name_nodes(load_model(...))``.
+
+    Skips the second load (checker and shape inference take seconds on large models).
+
+    Args:
+        fp_model: The loaded FP32 model with named nodes (not modified).
+        calibration: Activation ranges.
+        config: Placement settings (used to plan when ``plan`` is None).
+        keep_fp: Node names to leave without Q/DQ.
+        plan: A plan from :func:`plan_qdq` on ``fp_model``.
+
+    Returns:
+        As :func:`insert_qdq`.
+
+    Raises:
+        ModelError: As :func:`insert_qdq`.
+        NotCalibratedError: An activation to quantize has no range in ``calibration``.
+    """
+    plan = plan if plan is not None else plan_qdq(fp_model, config)
+    check_names("quantizable node", keep_fp, plan.layers)
+    scales = _activation_scales(plan, calibration, keep_fp)
+    graph = to_graph(fp_model)
+    nodes = {node.name: node for node in graph.nodes}
+    names = UniqueNames.of_graph(graph)
+    records = []
+    for target in plan.targets:
+        if target.node in keep_fp:
+            continue
+        node = _planned_node(nodes, target)
+        if target.kind == "weight":
+            scale, zero_point, method = _weight_qparams(node.inputs[target.input_index], target)
+        else:
+            scale, method = scales[target.tensor]
+            zero_point = np.zeros((), np.int8)
+        records.append(_insert_pair(graph, node, target, scale, zero_point, method, names))
+    qmodel = to_model(graph, like=fp_model)
+    _checked(qmodel)
+    return QuantizedModel(qmodel, tuple(records), calibration)
+
+
+def check_names(kind: str, names: Iterable[str], known: Collection[str]) -> None:
+    known_set = set(known)
+    for name in names:
+        if name not in known_set:
+            raise unknown(kind, name, known)
+
+
+def _activation_scales(plan: QdqPlan, calibration: CalibrationResult,
+                       keep_fp: Collection[str]) -> dict[str, tuple[np.ndarray, str]]:
+    """Tensor -> (float32 scale, calibrator) for every activation that gets a pair."""
+    needed = {t.tensor: t.node for t in plan.targets if t.kind == "activation" and t.node not in keep_fp}
+    scales: dict[str, tuple[np.ndarray, str]] = {}
+    for tensor, node in needed.items():
+        best_amax, best_method = -1.0, ""
+        for member in plan.group_of(tensor):
+            rng = calibration.ranges.get(member)
+            if rng is None:
+                raise NotCalibratedError(
+                    f"Activation tensor {member!r} (input of node {node!r}"
+                    f"{'' if member == tensor else f', sharing one scale with {tensor!r}'}) has no "
+                    "calibrated range. Calibrate with the same QdqPlan/QuantConfig used here "
+                    "(quantdbg.calibrate(..., plan=plan)), or leave the node out with keep_fp.")
+            if rng.amax > best_amax:
+                best_amax, best_method = rng.amax, rng.method
+        scales[tensor] = (scale_from_amax(np.float64(best_amax)), best_method)
+    return scales
+
+
+
+def _planned_node(nodes: Mapping[str, gs.Node], target: QuantTarget) -> gs.Node:
+    node = nodes.get(target.node)
+    if node is None or len(node.inputs) <= target.input_index \
+            or node.inputs[target.input_index].name != target.tensor:
+        raise ModelError(
+            f"The QdqPlan does not match the model: expected node {target.node!r} to read tensor "
+            f"{target.tensor!r} at input {target.input_index}. Build the plan with plan_qdq() on "
+            "this same model.")
+    return node
+
+
+def _weight_qparams(weight: gs.Tensor, target: QuantTarget) -> tuple[np.ndarray, np.ndarray, str]:
+    if not isinstance(weight, gs.Constant):
+        raise ModelError(f"Weight input {target.input_index} ({target.tensor!r}) of node {target.node!r} "
+                         "is not an initializer; re-plan with plan_qdq() on this model.")
+    values = np.asarray(weight.values, np.float32)
+    if not np.all(np.isfinite(values)):
+        raise ModelError(f"Weight {target.tensor!r} of node {target.node!r} holds NaN or Inf values; "
+                         "fix the model's weights before quantizing.")
+    absval = np.abs(values)
+    if target.axis is None:
+        amax = np.asarray(absval.max() if absval.size else 0.0)
+    else:
+        amax = absval.max(axis=tuple(a for a in range(values.ndim) if a != target.axis))
+    scale = scale_from_amax(amax)
+    return scale, np.zeros(scale.shape, np.int8), WEIGHT_CALIBRATOR
+
+
+def _insert_pair(graph: gs.Graph, node: gs.Node, target: QuantTarget, scale: np.ndarray,
+                 zero_point: np.ndarray, method: str, names: UniqueNames) -> QdqRecord:
+    source = node.inputs[target.input_index]
+    base = f"{node.name}/input{target.input_index}"
+    attrs = {} if target.axis is None else {"axis": target.axis}
+    scale_c = gs.Constant(names(f"{base}/scale"), np.asarray(scale, np.float32))
+    zp_c = gs.Constant(names(f"{base}/zero_point"), np.asarray(zero_point, np.int8))
+    quantized = gs.Variable(names(f"{base}/quantized"), np.int8, source.shape)
+    dequantized = gs.Variable(names(f"{base}/dequantized"), np.float32, source.shape)
+    q = gs.Node("QuantizeLinear", names(f"{base}/QuantizeLinear"), dict(attrs),
+                inputs=[source, scale_c, zp_c], outputs=[quantized])
+    dq = gs.Node("DequantizeLinear", names(f"{base}/DequantizeLinear"), dict(attrs),
+                 inputs=[quantized, scale_c, zp_c], outputs=[dequantized])
+    graph.nodes.extend([q, dq])
+    node.inputs[target.input_index] = dequantized
+    return QdqRecord(node.name, node.op, target.input_index, target.tensor, target.kind, q.name, dq.name,
+                     tuple(float(s) for s in np.atleast_1d(scale)), target.axis, method,
+                     tuple(int(z) for z in np.atleast_1d(zero_point)))
+
+
+def _checked(model: onnx.ModelProto) -> None:
+    try:
+        if fits_in_protobuf(model):
+            onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:  # a bug in quantdbg, not a user error
+        raise AssertionError(f"quantdbg produced an invalid ONNX model: {err}") from err
+
+

@@ -1,0 +1,138 @@
+"""What a Q/DQ model is made of: one :class:`QdqRecord` per inserted pair, and the model with them.
+
+Every inserted pair is one record, one pair per (node, input), so removing the pairs of one node
+never changes another node; later stages never parse names to recover that link.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import onnx
+
+from quantdbg.config import Precision
+from quantdbg.model import save_model
+from quantdbg.quant_math import QMAX
+
+if TYPE_CHECKING:
+    import os
+
+    from quantdbg.calibration.ranges import CalibrationResult
+
+WEIGHT_CALIBRATOR = "absmax"
+EXTERNAL_CALIBRATOR = "external"
+"""``QdqRecord.calibrator`` of pairs found in a model quantized elsewhere."""
+
+
+@dataclass(frozen=True)
+class QdqRecord:
+    """Provenance of one inserted Q/DQ pair: later stages never parse names to recover it.
+
+    Attributes:
+        node: Consumer node name.
+        op_type: The consumer's op type.
+        input_index: Which input of ``node`` the pair feeds.
+        tensor: The FP32 tensor that was quantized.
+        kind: ``"weight"`` or ``"activation"``.
+        quantize_node: Name of the inserted QuantizeLinear (None when the weight is stored as
+            INT8 and only dequantized).
+        dequantize_node: Name of the inserted DequantizeLinear.
+        scale: The scale(s), one per channel for per-channel weights.
+        axis: Channel axis of a per-channel scale, else None.
+        calibrator: Calibrator that chose the range (``"absmax"`` for weights).
+        zero_point: The zero point(s); all zero for quantdbg's symmetric pairs, possibly not for
+            models quantized elsewhere (e.g. ONNX Runtime's uint8 activations).
+    """
+
+    node: str
+    op_type: str
+    input_index: int
+    tensor: str
+    kind: Literal["weight", "activation"]
+    quantize_node: str | None
+    dequantize_node: str
+    scale: tuple[float, ...]
+    axis: int | None
+    calibrator: str
+    zero_point: tuple[int, ...] = ()
+
+    @property
+    def amax(self) -> tuple[float, ...]:
+        """The clipping range(s) ``127 * scale`` of a symmetric INT8 pair."""
+        return tuple(QMAX * s for s in self.scale)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the record as JSON-ready data."""
+        data = asdict(self)
+        data["scale"] = list(self.scale)
+        data["zero_point"] = list(self.zero_point)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QdqRecord:
+        """Rebuilds a record from :meth:`to_dict` output."""
+        values = dict(data)
+        values["scale"] = tuple(float(s) for s in values["scale"])
+        values["zero_point"] = tuple(int(z) for z in values.get("zero_point", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class QuantizedModel:
+    """A Q/DQ model and the record of every pair in it.
+
+    Attributes:
+        model: The Q/DQ ONNX model (passes onnx.checker, runs in ONNX Runtime).
+        records: One record per inserted pair.
+        calibration: The calibration behind the activation scales (None for models quantized
+            elsewhere and read with :func:`records_from_model`).
+        fallback: Nodes whose Q/DQ pairs were removed, in the order they were removed.
+        fallback_precision: Precision those nodes compute in.
+    """
+
+    model: onnx.ModelProto
+    records: tuple[QdqRecord, ...]
+    calibration: CalibrationResult | None = field(default=None, compare=False)
+    fallback: tuple[str, ...] = ()
+    fallback_precision: Precision | None = None
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Distinct quantized node names, in graph order."""
+        return tuple(dict.fromkeys(r.node for r in self.records))
+
+    def records_of(self, node: str) -> tuple[QdqRecord, ...]:
+        """The records of the pairs feeding ``node`` (empty when it is not quantized)."""
+        return tuple(r for r in self.records if r.node == node)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Writes the Q/DQ model atomically (see :func:`quantdbg.model.save_model`).
+
+        Args:
+            path: Destination ``.onnx`` path; its folder must exist.
+
+        Returns:
+            The destination path.
+
+        Raises:
+            ModelError: The destination folder does not exist.
+        """
+        return save_model(self.model, path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the provenance (records and fallback, not the model bytes) as JSON-ready data."""
+        precision = None if self.fallback_precision is None else self.fallback_precision.value
+        return {"records": [r.to_dict() for r in self.records], "fallback": list(self.fallback),
+                "fallback_precision": precision}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], model: onnx.ModelProto) -> QuantizedModel:
+        """Rebuilds a QuantizedModel from :meth:`to_dict` output and the model it describes."""
+        precision = data.get("fallback_precision")
+        return cls(model, tuple(QdqRecord.from_dict(r) for r in data["records"]),
+                   fallback=tuple(data.get("fallback", ())),
+                   fallback_precision=None if precision is None else Precision(precision))
+
+

@@ -1,0 +1,193 @@
+"""Why a layer is sensitive: weight and activation evidence for the sensitivity ranking.
+
+* weights: relative quantization error with a per-tensor scale vs per-channel scales, and the
+  share of non-zero weights that round to zero (the classic sign of one outlier channel
+  stretching a per-tensor range);
+* activations: outlier ratio max|x| / 99.99th percentile of |x| (from the calibration
+  histograms), and which registered calibrator's range gives the layer the smallest local
+  error -- measured with one pass of a local graph holding a clone per candidate range.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration.stats import TensorStats
+from quantdbg.errors import QuantDbgWarning
+from quantdbg.evaluation.metrics import float_from_json, float_to_json
+from quantdbg.qdq.records import QdqRecord, QuantizedModel
+from quantdbg.quant_math import QMAX, channel_axis, channel_scale, fake_quant
+from quantdbg.sensitivity.graphs import LocalVariant, fp32_weight, local_graph
+
+OUTLIER_PERCENTILE = 99.99
+
+
+@dataclass(frozen=True)
+class LayerEvidence:
+    """Evidence for why a layer loses accuracy in INT8.
+
+    Attributes:
+        weight_error_per_tensor: ||Q(w) - w|| / ||w|| with one scale for the whole weight.
+        weight_error_per_channel: The same with one scale per output channel.
+        weight_zero_fraction: Share of non-zero weights that quantize to 0 with the scales in the
+            model.
+        weight_zero_fraction_per_tensor: The same with a per-tensor scale.
+        activation_outlier_ratio: max|x| / 99.99th percentile of |x| over the layer's activation
+            inputs (the largest ratio when several); large values mean a few outliers set the
+            range.
+        calibrator_sqnr: Calibrator -> the layer's local output SQNR (dB) with that calibrator's
+            activation range (weights as in the model).
+        recorded_sqnr: The layer's local output SQNR (dB) with the ranges in the model.
+        best_calibrator: The calibrator with the highest local SQNR.
+    """
+
+    weight_error_per_tensor: float | None = None
+    weight_error_per_channel: float | None = None
+    weight_zero_fraction: float | None = None
+    weight_zero_fraction_per_tensor: float | None = None
+    activation_outlier_ratio: float | None = None
+    calibrator_sqnr: Mapping[str, float] | None = None
+    recorded_sqnr: float | None = None
+    best_calibrator: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        out: dict[str, Any] = {k: float_to_json(getattr(self, k)) for k in _FLOAT_FIELDS}
+        out["calibrator_sqnr"] = (None if self.calibrator_sqnr is None
+                                  else {k: float_to_json(v) for k, v in self.calibrator_sqnr.items()})
+        out["best_calibrator"] = self.best_calibrator
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LayerEvidence:
+        """Inverse of :meth:`to_dict`."""
+        sqnr = data.get("calibrator_sqnr")
+        return cls(**{k: float_from_json(data.get(k)) for k in _FLOAT_FIELDS},
+                   calibrator_sqnr=None if sqnr is None else {k: float(v) for k, v in sqnr.items()},
+                   best_calibrator=data.get("best_calibrator"))
+
+
+_FLOAT_FIELDS = ("weight_error_per_tensor", "weight_error_per_channel", "weight_zero_fraction",
+                 "weight_zero_fraction_per_tensor", "activation_outlier_ratio", "recorded_sqnr")
+
+
+def _output_axis(record: QdqRecord, w: np.ndarray, node: onnx.NodeProto | None) -> int:
+    trans_b = any(a.name == "transB" and a.i for a in (node.attribute if node else ()))
+    return channel_axis(record.op_type, w.ndim, trans_b, record.axis)
+
+
+def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto | None) -> dict[str, float]:
+    """Per-tensor vs per-channel error and zeroed-weight shares of one weight (float64 NumPy).
+
+    Args:
+        record: The weight's Q/DQ record (its scales are the ones in the model).
+        weights: The FP32 weight values.
+        node: The consumer node in the FP32 model (for Gemm's ``transB``).
+
+    Returns:
+        The four ``weight_*`` fields of :class:`LayerEvidence`.
+    """
+    w = np.asarray(weights, np.float64)
+    norm = float(np.linalg.norm(w)) or 1.0
+    amax = float(np.abs(w).max()) if w.size else 0.0
+    per_tensor = np.asarray((amax if amax > 0 else 1.0) / QMAX)
+    if w.ndim >= 2 or (w.ndim == 1 and record.axis is not None):
+        per_channel = channel_scale(w, _output_axis(record, w, node))
+    else:
+        per_channel = per_tensor
+    recorded = np.asarray(record.scale, np.float64)
+    if record.axis is not None and recorded.size > 1:
+        shape = [1] * w.ndim
+        shape[record.axis % w.ndim] = recorded.size
+        recorded = recorded.reshape(shape)
+    else:
+        recorded = recorded.reshape(())
+    nonzero = w != 0
+    count = max(int(nonzero.sum()), 1)
+    return {
+        "weight_error_per_tensor": float(np.linalg.norm(fake_quant(w, per_tensor) - w)) / norm,
+        "weight_error_per_channel": float(np.linalg.norm(fake_quant(w, per_channel) - w)) / norm,
+        "weight_zero_fraction": float((nonzero & (np.round(w / recorded) == 0)).sum()) / count,
+        "weight_zero_fraction_per_tensor": float((nonzero & (np.round(w / per_tensor) == 0)).sum()) / count,
+    }
+
+
+def outlier_ratio(stats: TensorStats) -> float | None:
+    """max|x| / the 99.99th percentile of |x| (from the histogram); None without a histogram."""
+    from quantdbg.calibration.calibrators import PercentileConfig, get_calibrator
+
+    if stats.hist is None or stats.absmax == 0.0:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QuantDbgWarning)
+        clip = get_calibrator(PercentileConfig(OUTLIER_PERCENTILE)).compute(stats).amax
+    return stats.absmax / clip if clip > 0 else None
+
+
+def calibrator_variants(qmodel: QuantizedModel, layers: Sequence[str],
+                        stats: Mapping[str, TensorStats]) -> list[LocalVariant]:
+    """The local-graph clones that test every candidate calibrator on every layer."""
+    ranges = {name: calibrator_amaxes(s) for name, s in stats.items()}
+    variants = []
+    for layer in layers:
+        acts = [r for r in qmodel.records_of(layer) if r.kind == "activation" and r.tensor in ranges]
+        variants.append(LocalVariant(layer, "recorded", {}))
+        if not acts:
+            continue
+        methods = set.intersection(*(set(ranges[r.tensor]) for r in acts))
+        for method in sorted(methods):
+            amax = {r.input_index: ranges[r.tensor][method] for r in acts}
+            variants.append(LocalVariant(layer, method, amax))
+    return variants
+
+
+def layer_evidence(fp_model: onnx.ModelProto, qmodel: QuantizedModel, layer: str,
+                   stats: Mapping[str, TensorStats], local_sqnr: Mapping[str, float]) -> LayerEvidence:
+    """Assembles a layer's evidence.
+
+    Args:
+        fp_model: The FP32 model (weights).
+        qmodel: The Q/DQ model's records.
+        layer: The node name.
+        stats: Activation statistics with histograms (may lack some tensors).
+        local_sqnr: Variant label (``"recorded"`` or a calibrator) -> this layer's local SQNR.
+
+    Returns:
+        The evidence; fields without data are None.
+    """
+    nodes = {n.name: n for n in fp_model.graph.node}
+    fields: dict[str, Any] = {}
+    worst_error = -1.0
+    for record in qmodel.records_of(layer):
+        if record.kind == "weight":
+            values = fp32_weight(fp_model, record)
+            if values is not None and values.size:
+                found = weight_evidence(record, values, nodes.get(layer))
+                if found["weight_error_per_channel"] > worst_error:  # several weights: the worst one
+                    worst_error = found["weight_error_per_channel"]
+                    fields.update(found)
+        elif record.tensor in stats:
+            ratio = outlier_ratio(stats[record.tensor])
+            if ratio is not None:
+                fields["activation_outlier_ratio"] = max(ratio, fields.get("activation_outlier_ratio", 0.0))
+    calibrators = {k: v for k, v in local_sqnr.items() if k != "recorded"}
+    if calibrators:
+        fields["calibrator_sqnr"] = calibrators
+        fields["best_calibrator"] = max(sorted(calibrators), key=lambda k: _rankable(calibrators[k]))
+    fields["recorded_sqnr"] = local_sqnr.get("recorded")
+    return LayerEvidence(**fields)
+
+
+def _rankable(value: float) -> float:
+    return -math.inf if math.isnan(value) else value
+
+
+__all__ = ["LayerEvidence", "calibrator_variants", "layer_evidence", "local_graph",
+           "outlier_ratio", "weight_evidence"]
