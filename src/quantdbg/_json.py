@@ -13,6 +13,9 @@ top-level files, carry a ``format`` tag with a version (:func:`document`)::
     write(report, "r.json")                       # {"format": "quantdbg.sensitivity/1", ...}
     report = read(SensitivityReport, "r.json")    # FormatError("r.json: field 'mode': ...")
 
+Classes get ``to_dict``/``from_dict`` (and, for documents, ``write``/``read``) from the
+:class:`Serializable` mixin instead of writing them by hand.
+
 Conventions: non-finite floats travel as ``"nan"``/``"inf"``/``"-inf"``; enums as their values;
 tuples, lists and sets as lists; mappings with string keys as objects (others as ``[key, value]``
 pairs); NumPy arrays as nested lists, decoded to the dtype given by the field's ``json_array``
@@ -37,6 +40,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from quantdbg._io import write_json_atomic
 from quantdbg.errors import FormatError
 
 T = TypeVar("T")
@@ -363,3 +367,44 @@ def read_json(path: str | os.PathLike) -> Any:
 def read(cls: type[T], path: str | os.PathLike) -> T:
     """Reads a document file written by :func:`dump` (see :func:`load` for the errors)."""
     return load(cls, read_json(path), repr(os.fspath(path)))
+
+
+def write(value: Any, path: str | os.PathLike) -> Path:
+    """Writes a document as indented, key-sorted JSON, atomically."""
+    return write_json_atomic(path, dump(value))
+
+
+class Serializable:
+    """Mixin for frozen dataclasses: ``to_dict``/``from_dict`` (and ``write``/``read`` for documents)
+    through this module's codec, so no class writes its own JSON form."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (a document's with its format tag)."""
+        return dump(self) if hasattr(type(self), "__json_format__") else encode(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_dict(cls: type[T], data: Any, source: str = "<data>") -> T:
+        """Reads :meth:`to_dict` output back, checking every field.
+
+        Raises:
+            FormatError: The data does not have this class's structure (the field is named).
+        """
+        if hasattr(cls, "__json_format__"):
+            return load(cls, data, source)
+        try:
+            return decode(cls, data)  # type: ignore[no-any-return]
+        except FormatError as err:
+            raise FormatError(f"{source}: not a valid {cls.__name__}: {err}.") from None
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Writes :meth:`to_dict` as JSON atomically (documents only)."""
+        return write(self, path)
+
+    @classmethod
+    def read(cls: type[T], path: str | os.PathLike) -> T:
+        """Reads a document file written by :meth:`write`.
+
+        Raises:
+            FormatError: The file is unreadable, not JSON, or not this document (file and field named).
+        """
+        return read(cls, path)

@@ -20,6 +20,14 @@ CalibratorSpec = str | Any
 DEFAULT_OP_TYPES = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
+class TensorKind(str, Enum):
+    """What a quantized input is: a weight (constant, quantized per output channel from its own
+    values) or an activation (computed, quantized per tensor from calibration)."""
+
+    WEIGHT = "weight"
+    ACTIVATION = "activation"
+
+
 class Precision(str, Enum):
     """Precision a layer left out of INT8 computes in."""
 

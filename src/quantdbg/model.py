@@ -20,8 +20,6 @@ from onnx import helper, shape_inference, version_converter
 from quantdbg._io import publish
 from quantdbg.errors import ModelError
 
-ModelSource = str | os.PathLike | onnx.ModelProto
-
 MIN_OPSET = 13
 """Per-channel DequantizeLinear (``axis``) needs opset 13."""
 
@@ -32,6 +30,27 @@ QUANTIZED_OP_TYPES = frozenset({
     "QGemm", "QAttention", "DynamicQuantizeMatMul",
 })
 _TWO_GB = 2**31 - 1
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A model that passed :func:`load_model`'s checks; quantdbg functions given one skip them.
+
+    Checker and shape inference take seconds on large models, so a pipeline loads once
+    (:func:`as_loaded`) and hands the result on.
+
+    Attributes:
+        proto: The checked model (opset >= 13, shapes inferred, every node named). Treat it as
+            read-only: every quantdbg function copies before editing.
+        quantized: It was loaded with ``allow_quantized=True`` (it may hold Q/DQ or QLinear ops).
+    """
+
+    proto: onnx.ModelProto
+    quantized: bool = False
+
+
+ModelSource = str | os.PathLike | onnx.ModelProto | LoadedModel
+"""A path to a ``.onnx`` file, a ModelProto (copied, never modified), or an already loaded model."""
 
 
 @dataclass(frozen=True)
@@ -54,23 +73,25 @@ def load_model(source: ModelSource, *, allow_quantized: bool = False) -> onnx.Mo
     """Loads, checks and normalises an FP32 ONNX model without touching the source.
 
     Args:
-        source: A path to a ``.onnx`` file (external data beside it is loaded) or a ModelProto
-            (copied, never modified).
+        source: A path to a ``.onnx`` file (external data beside it is loaded), a ModelProto
+            (copied, never modified), or a :class:`LoadedModel` (returned as it is, not re-checked).
         allow_quantized: Accept a model that already holds Q/DQ or QLinear ops (for analysing
             models quantized elsewhere).
 
     Returns:
-        A new ModelProto at opset >= 13 with inferred shapes and weights in memory.
+        A new ModelProto at opset >= 13 with inferred shapes, weights in memory and every node
+        named (:func:`name_nodes`).
 
     Raises:
         ModelError: The file is missing or unreadable, external data points outside the model's
             folder, the checker or shape inference fails, the opset cannot be converted, or the
             model is already quantized and ``allow_quantized`` is False.
     """
-    model = _read(source)
-    model = _convert_opset(model)
-    _check(model)
-    model = _infer_shapes(model)
+    if isinstance(source, LoadedModel):
+        model = source.proto
+    else:
+        model = _infer_shapes(_checked(_convert_opset(_read(source))))
+        name_nodes(model)
     if not allow_quantized:
         found = quantized_nodes(model)
         if found:
@@ -82,7 +103,18 @@ def load_model(source: ModelSource, *, allow_quantized: bool = False) -> onnx.Mo
     return model
 
 
-def _read(source: ModelSource) -> onnx.ModelProto:
+def as_loaded(source: ModelSource, *, allow_quantized: bool = False) -> LoadedModel:
+    """Loads and checks ``source`` once (see :func:`load_model`); a LoadedModel is returned as it is.
+
+    Raises:
+        ModelError: As :func:`load_model`.
+    """
+    if isinstance(source, LoadedModel) and (allow_quantized or not source.quantized):
+        return source
+    return LoadedModel(load_model(source, allow_quantized=allow_quantized), allow_quantized)
+
+
+def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     if isinstance(source, onnx.ModelProto):
         copy = onnx.ModelProto()
         copy.CopyFrom(source)
@@ -152,7 +184,7 @@ def fits_in_protobuf(model: onnx.ModelProto) -> bool:
     return model.ByteSize() < _TWO_GB
 
 
-def _check(model: onnx.ModelProto) -> None:
+def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         if fits_in_protobuf(model):
             onnx.checker.check_model(model)
@@ -165,6 +197,7 @@ def _check(model: onnx.ModelProto) -> None:
                 onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as err:
         raise ModelError(f"The ONNX checker rejected the model: {err}") from err
+    return model
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

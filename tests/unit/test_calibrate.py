@@ -121,13 +121,20 @@ def test_calibrate_leaves_the_model_untouched(rng):
     assert model.SerializeToString() == before
 
 
-def test_calibrate_loaded_equals_calibrate(rng):
-    from quantdbg.calibration.ranges import calibrate_loaded
-    from quantdbg.model import load_model, name_nodes
+def test_a_loaded_model_is_not_checked_again(rng, monkeypatch):
+    import onnx
+
+    from quantdbg.model import as_loaded
 
     data = _data(rng, (4, 8, 8))
-    loaded = name_nodes(load_model(models.conv_residual()))
-    plan = plan_qdq(loaded)
     config = CalibConfig(method="mse")
-    direct = calibrate_loaded(loaded, data, plan, config, session_options=_opts())
-    assert direct == calibrate(models.conv_residual(), data, config, session_options=_opts())
+    expected = calibrate(models.conv_residual(), data, config, session_options=_opts())
+    loaded = as_loaded(models.conv_residual())
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the checker ran again on a loaded model")
+
+    monkeypatch.setattr(onnx.checker, "check_model", refuse)
+    assert calibrate(loaded, data, config, session_options=_opts()) == expected
+    with pytest.raises(AssertionError, match="the checker ran again"):
+        calibrate(models.conv_residual(), data, config, session_options=_opts())

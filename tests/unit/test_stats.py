@@ -126,10 +126,10 @@ def test_collect_sees_each_batch_once_in_order(rng):
                 seen.append(float(feed["x"][0, 0, 0, 0]))
                 yield feed
 
-    got = S.collect(models.conv_relu(), Recording(), ["x"], max_batches=3, session_options=_opts())
+    got = S.collect_stats(models.conv_relu(), Recording(), ["x"], max_batches=3, session_options=_opts())
     assert seen == [0.0, 1.0, 2.0]  # the fourth feed is never pulled
     assert (got.n_batches, got.n_samples) == (3, 1 + 2 + 3)
-    assert got.stats["x"].max == 2.0
+    assert got["x"].max == 2.0 and list(got) == ["x"]
     assert model == models.conv_relu()
 
 

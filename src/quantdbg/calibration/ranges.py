@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-import onnx
-
 from quantdbg import _display
 from quantdbg.calibration.calibrators.base import (
     Calibrator,
@@ -20,11 +18,11 @@ from quantdbg.calibration.calibrators.base import (
     spec_from_dict,
     spec_to_dict,
 )
-from quantdbg.calibration.stats import TensorStats, collect, merge_stats, warn_nonfinite
-from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.calibration.stats import TensorStats, collect_stats, merge_stats, warn_nonfinite
+from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError
-from quantdbg.model import ModelSource, load_model, name_nodes
+from quantdbg.model import ModelSource, as_loaded
 from quantdbg.placement.plan import QdqPlan, plan_qdq
 
 
@@ -111,7 +109,7 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     """Computes the range of every activation tensor the Q/DQ plan quantizes.
 
     Args:
-        model: FP32 model path or ModelProto (never modified).
+        model: FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
         data: Calibration data (``.npz`` path, arrays, or feeds; see :func:`quantdbg.data.as_data`).
         config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit.
         quant: Q/DQ placement, used to plan which tensors to calibrate when ``plan`` is None.
@@ -129,42 +127,13 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
         BackendError: ONNX Runtime failed.
     """
-    loaded = name_nodes(load_model(model))
+    loaded = as_loaded(model)
     if plan is None:
-        plan = plan_qdq(loaded, quant)
-    if not plan.activation_tensors:
-        raise ConfigError("The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate. "
-                          f"Check QuantConfig.op_types {quant.op_types} and exclude {quant.exclude}.")
-    return calibrate_loaded(loaded, data, plan, config, progress=progress, session_options=session_options)
-
-
-def calibrate_loaded(model: onnx.ModelProto, data: DataSource, plan: QdqPlan,
-                     config: CalibConfig = _DEFAULT_CALIB, *, progress: bool = False,
-                     session_options: Any = None) -> CalibrationResult:
-    """:func:`calibrate` for a model that already went through ``name_nodes(load_model(...))``.
-
-    Skips the second validation (checker and shape inference take seconds on large models)
-    when the caller has just loaded the model and planned its Q/DQ pairs.
-
-    Args:
-        model: The loaded, node-named FP32 model (not modified).
-        data: Calibration data.
-        plan: Its Q/DQ plan.
-        config: Calibrator choice, bins, batch limit.
-        progress: Show a progress bar.
-        session_options: ``onnxruntime.SessionOptions`` for the calibration session.
-
-    Returns:
-        As :func:`calibrate`.
-
-    Raises:
-        DataError: The data does not match the model's inputs (the message names the batch).
-        ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
-        BackendError: ONNX Runtime failed.
-    """
+        plan = plan_qdq(loaded.proto, quant)
     tensors = plan.activation_tensors
     if not tensors:
-        raise ConfigError("The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate.")
+        raise ConfigError("The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate. "
+                          f"Check QuantConfig.op_types {quant.op_types} and exclude {quant.exclude}.")
     chosen = _choose_calibrators(config, plan)
     groups = [g for g in (tuple(t for t in group if t in chosen) for group in plan.shared_scale_groups)
               if len(g) > 1]
@@ -172,12 +141,13 @@ def calibrate_loaded(model: onnx.ModelProto, data: DataSource, plan: QdqPlan,
         for name in group:
             chosen[name] = chosen[group[0]]
     need_hist = {name for name, cal in chosen.items() if cal.needs_histogram}
-    collected = collect(model, data, tensors, histogram=need_hist, num_bins=config.num_bins,
-                        max_batches=config.max_batches, progress=progress, session_options=session_options)
-    warn_nonfinite(collected.stats)
-    ranges = _ranges(collected.stats, chosen, groups)
+    collected = collect_stats(loaded, data, tensors, histogram=need_hist, num_bins=config.num_bins,
+                              max_batches=config.max_batches, progress=progress,
+                              session_options=session_options)
+    warn_nonfinite(collected)
+    ranges = _ranges(collected, chosen, groups)
     return CalibrationResult(MappingProxyType({name: ranges[name] for name in tensors}),
-                             MappingProxyType(collected.stats), config, collected.n_batches,
+                             MappingProxyType(dict(collected)), config, collected.n_batches,
                              collected.n_samples)
 
 
@@ -202,7 +172,7 @@ def _choose_calibrators(config: CalibConfig, plan: QdqPlan) -> dict[str, Calibra
             built[key] = get_calibrator(spec)
     consumers: dict[str, list[str]] = {}
     for target in plan.targets:
-        if target.kind == "activation":
+        if target.kind is TensorKind.ACTIVATION:
             consumers.setdefault(target.tensor, []).append(target.op_type)
     return {name: built[_spec_key(config.method_for(name, tuple(dict.fromkeys(ops))))]
             for name, ops in ((t, consumers.get(t, [])) for t in plan.activation_tensors)}

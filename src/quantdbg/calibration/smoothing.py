@@ -41,10 +41,9 @@ from quantdbg.errors import ConfigError, DataError, ModelError, QuantDbgWarning,
 from quantdbg.model import (
     ModelSource,
     UniqueNames,
+    as_loaded,
     constant_values,
     input_specs,
-    load_model,
-    name_nodes,
     to_graph,
     to_model,
 )
@@ -319,8 +318,8 @@ def smooth(model: ModelSource, data: DataSource, config: SmoothingConfig = _DEFA
         DataError: The data is empty or does not match the model's inputs.
         BackendError: ONNX Runtime failed.
     """
-    loaded = name_nodes(load_model(model))
-    feeds = as_model_data(data, loaded, batch_size)
+    loaded = as_loaded(model)
+    feeds = as_model_data(data, loaded.proto, batch_size)
     measured = collect_channel_absmax(loaded, feeds, smoothing_targets(loaded, config),
                                       max_batches=config.max_batches, progress=progress,
                                       session_options=session_options)
@@ -342,7 +341,7 @@ def smoothing_targets(model: ModelSource, config: SmoothingConfig = _DEFAULT) ->
     Raises:
         ModelError: The model is invalid or a ``nodes``/``exclude`` glob matches no node.
     """
-    groups, _ = _plan(to_graph(name_nodes(load_model(model))), config)
+    groups, _ = _plan(to_graph(as_loaded(model).proto), config)
     return tuple(g.tensor.name for g in groups)
 
 
@@ -364,7 +363,7 @@ def apply_smoothing(model: ModelSource, act_absmax: Mapping[str, np.ndarray],
             from the weight's input channels.
         DataError: A selected activation has no entry in ``act_absmax``.
     """
-    loaded = name_nodes(load_model(model))
+    loaded = as_loaded(model).proto
     graph = to_graph(loaded)
     groups, skipped = _plan(graph, config)
     names = UniqueNames.of_graph(graph)
@@ -439,7 +438,7 @@ def collect_channel_absmax(model: ModelSource, data: DataSource, tensors: Iterab
             count, or there is no data.
         BackendError: ONNX Runtime failed.
     """
-    loaded = load_model(model)
+    loaded = as_loaded(model).proto
     names = list(dict.fromkeys(tensors))
     check_activations(loaded, names, "; per-channel ranges are measured on activations only "
                       "(a weight's range comes from its values).")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -23,7 +23,7 @@ from quantdbg._progress import track
 from quantdbg.calibration import _kernels as _kernels
 from quantdbg.data import DataSource, FeedList, as_data, check_feed, samples_in
 from quantdbg.errors import BackendError, DataError, ModelError, NotCalibratedError, QuantDbgWarning, unknown
-from quantdbg.model import ModelSource, input_specs, load_model
+from quantdbg.model import ModelSource, as_loaded, input_specs
 
 logger = logging.getLogger(__name__)
 
@@ -247,30 +247,41 @@ def merge_stats(name: str, stats: Iterable[TensorStats]) -> TensorStats:
     return TensorStats(name, lo, hi, count, nonfinite, total, math.ldexp(1.0, exponent))
 
 
-@dataclass(frozen=True)
-class Collected:
-    """What one pass over the calibration data produced.
+class Collected(Mapping[str, TensorStats]):
+    """What one pass over the data saw: tensor name -> statistics, with the batches and samples consumed.
 
-    Attributes:
-        stats: Tensor name -> statistics.
+    Args:
+        stats: Tensor name -> statistics, in the order asked for.
         n_batches: Feeds consumed.
         n_samples: Samples consumed (axis 0 of the first input, summed).
     """
 
-    stats: dict[str, TensorStats]
-    n_batches: int
-    n_samples: int
+    def __init__(self, stats: Mapping[str, TensorStats], n_batches: int, n_samples: int) -> None:
+        self._stats = dict(stats)
+        self.n_batches = n_batches
+        self.n_samples = n_samples
+
+    def __getitem__(self, name: str) -> TensorStats:
+        return self._stats[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stats)
+
+    def __len__(self) -> int:
+        return len(self._stats)
 
 
 def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str], *,
                   histogram: bool | Collection[str] = False, num_bins: int = 2048,
                   max_batches: int | None = None, progress: bool = False,
-                  session_options: Any = None) -> dict[str, TensorStats]:
+                  session_options: Any = None) -> Collected:
     """Runs ``data`` through ``model`` and streams ``tensors`` into collectors.
 
     Args:
-        model: Path or ModelProto (never modified; a copy exposes the tensors as outputs).
-        data: Calibration data (see :func:`quantdbg.data.as_data`); iterated once.
+        model: Path, ModelProto (never modified; a copy exposes the tensors as outputs) or
+            LoadedModel (not re-checked).
+        data: Calibration data (see :func:`quantdbg.data.as_data`); iterated once, at most
+            ``max_batches`` feeds pulled.
         tensors: Value names to collect; graph inputs are allowed.
         histogram: Build |x| histograms for every tensor (True), none, or the tensors named.
         num_bins: Calibrator resolution of the histograms.
@@ -279,44 +290,15 @@ def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str], 
         session_options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
 
     Returns:
-        Tensor name -> statistics, in the order of ``tensors``.
+        Tensor name -> statistics, in the order of ``tensors``, with the batches and samples consumed.
 
     Raises:
         ModelError: The model is invalid or a tensor name is unknown or names a weight.
-        DataError: A feed does not match the model (the message names the batch), or there is
-            no data.
+        DataError: A feed does not match the model (the message names the batch), a tensor is
+            not floating point, or there is no data.
         BackendError: ONNX Runtime failed on a batch.
     """
-    loaded = load_model(model)
-    return collect(loaded, data, tensors, histogram=histogram, num_bins=num_bins,
-                   max_batches=max_batches, progress=progress, session_options=session_options).stats
-
-
-def collect(model: onnx.ModelProto, data: DataSource, tensors: Iterable[str], *,
-            histogram: bool | Collection[str] = False, num_bins: int = 2048,
-            max_batches: int | None = None, progress: bool = False,
-            session_options: Any = None) -> Collected:
-    """Like :func:`collect_stats` on an already loaded model, also counting batches and samples.
-
-    Args:
-        model: A model from :func:`quantdbg.model.load_model` (not modified).
-        data: Calibration data; iterated once, at most ``max_batches`` feeds pulled.
-        tensors: Value names to collect.
-        histogram: Build |x| histograms for every tensor (True), none, or the tensors named.
-        num_bins: Calibrator resolution of the histograms.
-        max_batches: Stop after this many feeds (None: all).
-        progress: Show a progress bar (tqdm when installed, else log lines).
-        session_options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
-
-    Returns:
-        The statistics with the number of batches and samples consumed.
-
-    Raises:
-        ModelError: A tensor name is unknown or names a weight.
-        DataError: A feed does not match the model, a tensor is not floating point, or there
-            is no data.
-        BackendError: ONNX Runtime failed.
-    """
+    model = as_loaded(model).proto
     names = list(dict.fromkeys(tensors))
     specs = input_specs(model)
     check_activations(model, names, " (a weight): weight ranges come from the initializer itself, "

@@ -18,6 +18,7 @@ import onnx
 from onnx import numpy_helper
 
 from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.config import TensorKind
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
 from quantdbg.evaluation.metrics import float_from_json, float_to_json
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, nsr, sqnr_db, zeroed_fraction
@@ -192,7 +193,7 @@ def weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> list[We
     nodes = {node.name: node for node in fp_model.graph.node}
     found = []
     for record in qmodel.records:
-        if record.kind != "weight" or record.tensor not in inits:
+        if record.kind is not TensorKind.WEIGHT or record.tensor not in inits:
             continue
         w = numpy_helper.to_array(inits[record.tensor]).astype(np.float64)
         if w.size == 0:
@@ -350,7 +351,7 @@ def _layer_sqnr(tensor: str, sensitivity: SensitivityReport | None) -> dict[str,
     for layer in sensitivity.layers if sensitivity is not None else ():
         if layer.evidence is None or not layer.evidence.calibrator_sqnr:
             continue
-        if not any(i.tensor == tensor and i.kind == "activation" for i in layer.inputs):
+        if not any(i.tensor == tensor and i.kind is TensorKind.ACTIVATION for i in layer.inputs):
             continue
         for name, value in layer.evidence.calibrator_sqnr.items():
             found[name] = min(found.get(name, math.inf), float(value))

@@ -339,17 +339,18 @@ def _prepare(model: ModelSource, data: DataSource, eval_data: DataSource | None,
              metric: TaskMetric | str, progress: bool) -> _Context:
     from quantdbg.calibration.ranges import calibrate
     from quantdbg.data import as_data
-    from quantdbg.model import input_specs, load_model, name_nodes
+    from quantdbg.model import as_loaded, input_specs
     from quantdbg.placement.plan import plan_qdq
     from quantdbg.qdq.insert import insert_qdq
 
-    fp_model = name_nodes(load_model(model))
+    loaded = as_loaded(model)
+    fp_model = loaded.proto
     inputs = list(input_specs(fp_model))
     calib = as_data(data, config.batch_size, inputs=inputs)
     evals = calib if eval_data is None else as_data(eval_data, config.batch_size, inputs=inputs)
     plan = plan_qdq(fp_model, config.quant)
-    calibration = calibrate(fp_model, calib, config.calib, config.quant, plan=plan, progress=progress)
-    qmodel = insert_qdq(fp_model, calibration, config.quant, plan=plan)
+    calibration = calibrate(loaded, calib, config.calib, config.quant, plan=plan, progress=progress)
+    qmodel = insert_qdq(loaded, calibration, config.quant, plan=plan)
     n_eval = sum(int(np.shape(next(iter(feed.values())))[0]) for feed in evals)
     return _Context(fp_model, calib, evals, plan, calibration, qmodel, config, metric, progress,
                     n_eval_samples=n_eval)

@@ -36,7 +36,7 @@ from onnx import numpy_helper
 
 from quantdbg import _display
 from quantdbg.errors import ConfigError
-from quantdbg.model import QUANTIZED_OP_TYPES, ModelSource, load_model, name_nodes
+from quantdbg.model import QUANTIZED_OP_TYPES, ModelSource, load_model
 from quantdbg.quant_math import weight_axis
 
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
@@ -670,7 +670,7 @@ def lint(model: ModelSource, *, skip: Collection[str] = ()) -> LintReport:
             hint = (f" Did you mean {', '.join(map(repr, near))}?" if near
                     else f" Known rules: {', '.join(RULES)}.")
             raise ConfigError(f"No lint rule named {rule!r}.{hint}")
-    proto = name_nodes(load_model(model, allow_quantized=True))
+    proto = load_model(model, allow_quantized=True)
     graph = _Graph(proto)
     findings = [finding for rule, check in _RULE_FUNCS.items() if rule not in skip
                 for finding in check(graph)]

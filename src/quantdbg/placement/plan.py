@@ -17,13 +17,13 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from quantdbg.config import QuantConfig
+from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import ModelError, unknown
 from quantdbg.model import to_graph
 from quantdbg.quant_math import weight_axis
@@ -51,8 +51,11 @@ class QuantTarget:
     op_type: str
     input_index: int
     tensor: str
-    kind: Literal["weight", "activation"]
+    kind: TensorKind
     axis: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TensorKind(self.kind))  # also from JSON's plain strings
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the target as JSON-ready data."""
@@ -79,12 +82,12 @@ class QdqPlan:
     @property
     def activation_tensors(self) -> tuple[str, ...]:
         """Distinct activation tensors to calibrate, in graph order."""
-        return tuple(dict.fromkeys(t.tensor for t in self.targets if t.kind == "activation"))
+        return tuple(dict.fromkeys(t.tensor for t in self.targets if t.kind is TensorKind.ACTIVATION))
 
     @property
     def weight_tensors(self) -> tuple[str, ...]:
         """Distinct weight initializers to quantize, in graph order."""
-        return tuple(dict.fromkeys(t.tensor for t in self.targets if t.kind == "weight"))
+        return tuple(dict.fromkeys(t.tensor for t in self.targets if t.kind is TensorKind.WEIGHT))
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -209,9 +212,9 @@ def _node_targets(node: gs.Node, config: QuantConfig) -> list[QuantTarget]:
         tensor = node.inputs[index]
         if isinstance(tensor, gs.Constant):
             axis = _weight_axis(node, index, tensor, config)
-            targets.append(QuantTarget(node.name, node.op, index, tensor.name, "weight", axis))
+            targets.append(QuantTarget(node.name, node.op, index, tensor.name, TensorKind.WEIGHT, axis))
         else:
-            targets.append(QuantTarget(node.name, node.op, index, tensor.name, "activation"))
+            targets.append(QuantTarget(node.name, node.op, index, tensor.name, TensorKind.ACTIVATION))
     return targets
 
 
@@ -228,7 +231,7 @@ def _residual_target(node: gs.Node, quantized_convs: set[str], config: QuantConf
     tensor = node.inputs[other]
     if isinstance(tensor, gs.Constant) or not is_float(tensor):
         return None
-    return QuantTarget(node.name, node.op, other, tensor.name, "activation")
+    return QuantTarget(node.name, node.op, other, tensor.name, TensorKind.ACTIVATION)
 
 
 def _concat_targets(graph: gs.Graph, targets: dict[tuple[str, int], QuantTarget],
@@ -248,7 +251,7 @@ def _concat_targets(graph: gs.Graph, targets: dict[tuple[str, int], QuantTarget]
     changed = True
     while changed:
         changed = False
-        quantized = {t.tensor for t in targets.values() if t.kind == "activation"}
+        quantized = {t.tensor for t in targets.values() if t.kind is TensorKind.ACTIVATION}
         for node in graph.nodes:
             if (node.op != "Concat" or node.name in done or config.is_excluded(node.name)
                     or node.outputs[0].name not in quantized):
@@ -259,7 +262,7 @@ def _concat_targets(graph: gs.Graph, targets: dict[tuple[str, int], QuantTarget]
                 if isinstance(tensor, gs.Constant) or not is_float(tensor):
                     continue
                 targets.setdefault((node.name, index),
-                                   QuantTarget(node.name, node.op, index, tensor.name, "activation"))
+                                   QuantTarget(node.name, node.op, index, tensor.name, TensorKind.ACTIVATION))
                 parent[find(tensor.name)] = find(node.outputs[0].name)
     groups: dict[str, list[str]] = {}
     for name in parent:

@@ -20,6 +20,7 @@ from typing import Any
 
 from quantdbg._io import write_json_atomic, write_text_atomic
 from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.config import TensorKind
 from quantdbg.errors import ConfigError, DataError
 from quantdbg.qdq.records import QuantizedModel
 from quantdbg.quant_math import QMAX
@@ -103,7 +104,7 @@ def scale_entries(source: ScaleSource) -> dict[str, ScaleEntry]:
         entries = {n: ScaleEntry(r.scale, r.amax, r.method) for n, r in source.ranges.items()}
     elif isinstance(source, QuantizedModel):
         for record in source.records:
-            if record.kind != "activation":
+            if record.kind is not TensorKind.ACTIVATION:
                 continue
             entry = ScaleEntry(record.scale[0], record.amax[0], record.calibrator)
             if entries.setdefault(record.tensor, entry).scale != entry.scale:

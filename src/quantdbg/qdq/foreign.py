@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import warnings
-from typing import Literal
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError, QuantDbgWarning
-from quantdbg.model import ModelSource, constant_values, load_model, name_nodes, to_graph
+from quantdbg.model import ModelSource, constant_values, load_model, to_graph
 from quantdbg.qdq.records import EXTERNAL_CALIBRATOR, QdqRecord, QuantizedModel
 
 
@@ -30,7 +30,7 @@ def records_from_model(model: ModelSource) -> QuantizedModel:
     Raises:
         ModelError: The model does not load or a DequantizeLinear's scale is not a constant.
     """
-    loaded = name_nodes(load_model(model, allow_quantized=True))
+    loaded = load_model(model, allow_quantized=True)
     graph = to_graph(loaded)
     records = []
     for node in graph.nodes:
@@ -59,10 +59,10 @@ def _external_record(node: gs.Node, index: int, dq: gs.Node) -> QdqRecord:
     axis = int(dq.attrs.get("axis", 1)) if scale.size > 1 else None
     if producer is not None and producer.op == "QuantizeLinear":
         fp = producer.inputs[0]
-        kind: Literal["weight", "activation"] = "weight" if constant_values(fp) is not None else "activation"
+        kind: TensorKind = TensorKind.WEIGHT if constant_values(fp) is not None else TensorKind.ACTIVATION
         quantize_node, tensor = producer.name, fp.name
     else:
-        kind, quantize_node, tensor = "weight", None, source.name
+        kind, quantize_node, tensor = TensorKind.WEIGHT, None, source.name
     return QdqRecord(node.name, node.op, index, tensor, kind, quantize_node, dq.name,
                      tuple(float(s) for s in np.ravel(scale)), axis, EXTERNAL_CALIBRATOR,
                      tuple(int(z) for z in np.ravel(zp)))

@@ -9,14 +9,13 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from quantdbg.calibration.ranges import CalibrationResult
-from quantdbg.config import QuantConfig
+from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import ModelError, NotCalibratedError, unknown
 from quantdbg.model import (
     ModelSource,
     UniqueNames,
+    as_loaded,
     fits_in_protobuf,
-    load_model,
-    name_nodes,
     to_graph,
     to_model,
 )
@@ -36,8 +35,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
     INT8 values lie in [-127, 127]; TensorRT and ONNX Runtime fold the pair into INT8 weights.
 
     Args:
-        model: The FP32 model or its path (never modified).
-        calibration: Activation ranges from :func:`quantdbg.calibrate.calibrate`.
+        model: The FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
+        calibration: Activation ranges from :func:`quantdbg.calibrate`.
         config: Placement settings (used to plan when ``plan`` is None).
         keep_fp: Node names to leave without Q/DQ.
         plan: A plan from :func:`plan_qdq` (e.g. the one calibration used).
@@ -51,30 +50,7 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
             quantizable node, the plan does not match the model, or a weight is not finite.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
-    return insert_qdq_loaded(name_nodes(load_model(model)), calibration, config, keep_fp=keep_fp, plan=plan)
-
-
-def insert_qdq_loaded(fp_model: onnx.ModelProto, calibration: CalibrationResult,
-                      config: QuantConfig = DEFAULT_QUANT, *, keep_fp: Collection[str] = frozenset(),
-                      plan: QdqPlan | None = None) -> QuantizedModel:
-    """:func:`insert_qdq` on a model already through ``name_nodes(load_model(...))``.
-
-    Skips the second load (checker and shape inference take seconds on large models).
-
-    Args:
-        fp_model: The loaded FP32 model with named nodes (not modified).
-        calibration: Activation ranges.
-        config: Placement settings (used to plan when ``plan`` is None).
-        keep_fp: Node names to leave without Q/DQ.
-        plan: A plan from :func:`plan_qdq` on ``fp_model``.
-
-    Returns:
-        As :func:`insert_qdq`.
-
-    Raises:
-        ModelError: As :func:`insert_qdq`.
-        NotCalibratedError: An activation to quantize has no range in ``calibration``.
-    """
+    fp_model = as_loaded(model).proto
     plan = plan if plan is not None else plan_qdq(fp_model, config)
     check_names("quantizable node", keep_fp, plan.layers)
     scales = _activation_scales(plan, calibration, keep_fp)
@@ -86,7 +62,7 @@ def insert_qdq_loaded(fp_model: onnx.ModelProto, calibration: CalibrationResult,
         if target.node in keep_fp:
             continue
         node = _planned_node(nodes, target)
-        if target.kind == "weight":
+        if target.kind is TensorKind.WEIGHT:
             scale, zero_point, method = _weight_qparams(node.inputs[target.input_index], target)
         else:
             scale, method = scales[target.tensor]
@@ -107,7 +83,8 @@ def check_names(kind: str, names: Iterable[str], known: Collection[str]) -> None
 def _activation_scales(plan: QdqPlan, calibration: CalibrationResult,
                        keep_fp: Collection[str]) -> dict[str, tuple[np.ndarray, str]]:
     """Tensor -> (float32 scale, calibrator) for every activation that gets a pair."""
-    needed = {t.tensor: t.node for t in plan.targets if t.kind == "activation" and t.node not in keep_fp}
+    needed = {t.tensor: t.node for t in plan.targets
+              if t.kind is TensorKind.ACTIVATION and t.node not in keep_fp}
     scales: dict[str, tuple[np.ndarray, str]] = {}
     for tensor, node in needed.items():
         best_amax, best_method = -1.0, ""

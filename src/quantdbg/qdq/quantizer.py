@@ -1,17 +1,17 @@
 """The one-call path: load, plan Q/DQ placement, calibrate, insert Q/DQ.
 
-The pieces (:func:`quantdbg.qdq.plan_qdq`, :func:`quantdbg.calibrate.calibrate`,
-:func:`quantdbg.qdq.insert_qdq`) stay public for notebooks that want to look between steps.
+The pieces (:func:`quantdbg.plan_qdq`, :func:`quantdbg.calibrate`, :func:`quantdbg.insert_qdq`)
+stay public for notebooks that want to look between steps.
 """
 from __future__ import annotations
 
-from quantdbg.calibration.ranges import calibrate_loaded
+from quantdbg.calibration.ranges import calibrate
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE  # still importable from here
 from quantdbg.data import DataSource, as_model_data
-from quantdbg.model import ModelSource, load_model, name_nodes
+from quantdbg.model import ModelSource, as_loaded
 from quantdbg.placement.plan import plan_qdq
-from quantdbg.qdq.insert import insert_qdq_loaded
+from quantdbg.qdq.insert import insert_qdq
 from quantdbg.qdq.records import QuantizedModel
 
 _DEFAULT_CALIB = CalibConfig()
@@ -44,9 +44,9 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
         ConfigError: A calibrator name or setting is invalid.
         NotCalibratedError: A planned activation received no range.
     """
-    fp_model = name_nodes(load_model(model))
-    feeds = as_model_data(data, fp_model, batch_size)
-    plan = plan_qdq(fp_model, quant)
-    result = calibrate_loaded(fp_model, feeds, plan, calib, progress=progress)
-    return insert_qdq_loaded(fp_model, result, quant, plan=plan)
+    fp_model = as_loaded(model)
+    feeds = as_model_data(data, fp_model.proto, batch_size)
+    plan = plan_qdq(fp_model.proto, quant)
+    result = calibrate(fp_model, feeds, calib, quant, plan=plan, progress=progress)
+    return insert_qdq(fp_model, result, quant, plan=plan)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from quantdbg.config import Precision
+from quantdbg.config import Precision, TensorKind
 from quantdbg.model import save_model
 from quantdbg.quant_math import QMAX
 
@@ -50,13 +50,16 @@ class QdqRecord:
     op_type: str
     input_index: int
     tensor: str
-    kind: Literal["weight", "activation"]
+    kind: TensorKind
     quantize_node: str | None
     dequantize_node: str
     scale: tuple[float, ...]
     axis: int | None
     calibrator: str
     zero_point: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TensorKind(self.kind))  # also from JSON's plain strings
 
     @property
     def amax(self) -> tuple[float, ...]:

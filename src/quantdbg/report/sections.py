@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from quantdbg.config import TensorKind
 from quantdbg.diagnostics.checks import Cell
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def sensitivity_sections(report: SensitivityReport, highlight: Sequence[str] = (
                           f"cosine {_fmt(total.cosine, '.5f')}.")
     rows = tuple((layer.rank, layer.node, layer.op_type, layer.score, layer.value,
                   None if layer.metrics is None else layer.metrics.sqnr_db,
-                  ", ".join(sorted({i.calibrator for i in layer.inputs if i.kind == "activation"})),
+                  ", ".join(sorted({i.calibrator for i in layer.inputs if i.kind is TensorKind.ACTIVATION})),
                   *_evidence_cells(layer)) for layer in report.layers)
     columns = ("rank", "node", "op", "score", "value", "SQNR (dB)", "activation calibrator",
                "weights zeroed per-tensor", "weights zeroed (in use)", "outlier ratio", "best calibrator")

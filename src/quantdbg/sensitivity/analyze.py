@@ -37,7 +37,7 @@ import onnx
 from quantdbg._io import write_json_atomic
 from quantdbg._progress import track
 from quantdbg.backends.base import Runner, RunnerFactory
-from quantdbg.config import Precision
+from quantdbg.config import Precision, TensorKind
 from quantdbg.data import DEFAULT_BATCH_SIZE, CalibrationData, DataSource, as_data
 from quantdbg.errors import ConfigError, ModelError, QuantDbgError
 from quantdbg.evaluation.metrics import (
@@ -51,7 +51,7 @@ from quantdbg.evaluation.metrics import (
     metrics_from_sums,
 )
 from quantdbg.evaluation.task import OutputMetric, TaskMetric, as_task_metric, concat_batches
-from quantdbg.model import ModelSource, input_specs, load_model, name_nodes
+from quantdbg.model import ModelSource, as_loaded, input_specs
 from quantdbg.qdq.records import QuantizedModel
 from quantdbg.quant_math import NSR_CAP, nsr
 from quantdbg.sensitivity import evidence as _evidence
@@ -89,11 +89,14 @@ class QuantizedInput:
 
     index: int
     tensor: str
-    kind: str
+    kind: TensorKind
     calibrator: str
     scale_min: float
     scale_max: float
     channels: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TensorKind(self.kind))  # also from JSON's plain strings
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -314,7 +317,7 @@ def suggest_calibrators(report: SensitivityReport, only_changes: bool = True) ->
     for layer in report.layers:
         candidates = layer.evidence.calibrator_sqnr if layer.evidence is not None else None
         for inp in layer.inputs:
-            if inp.kind != "activation" or not candidates:
+            if inp.kind is not TensorKind.ACTIVATION or not candidates:
                 continue
             used[inp.tensor] = inp.calibrator
             totals = noise.setdefault(inp.tensor, {})
@@ -364,11 +367,6 @@ def default_runner_factory(threads: int = 0) -> RunnerFactory:
     return OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=threads))
 
 
-def prepare_fp_model(model: ModelSource) -> onnx.ModelProto:
-    """Loads the FP32 model as the analysis needs it (checked, shapes inferred, nodes named)."""
-    return name_nodes(load_model(model))
-
-
 def _check_layers(fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> None:
     if not qmodel.records:
         raise ModelError("The Q/DQ model has no recorded Q/DQ pairs: nothing to analyse. Quantize it "
@@ -401,7 +399,7 @@ class VariantEvaluator:
     def __init__(self, fp_model: ModelSource, qmodel: QuantizedModel, data: DataSource,
                  metric: TaskMetric | MetricName = "sqnr",
                  runner_factory: RunnerFactory | None = None) -> None:
-        self.fp_model = prepare_fp_model(fp_model)
+        self.fp_model = as_loaded(fp_model).proto
         self.qmodel = qmodel
         _check_layers(self.fp_model, qmodel)
         self.metric = as_task_metric(metric)
@@ -886,7 +884,7 @@ def _cumulative_found(evaluator: VariantEvaluator, tensor_metrics: Mapping[str, 
     for layer in evaluator.layers:
         outs = [tensor_metrics[t] for t in fp_nodes[layer].output if t in tensor_metrics]
         ins = [tensor_metrics[r.tensor] for r in evaluator.qmodel.records_of(layer)
-               if r.kind == "activation" and r.tensor in tensor_metrics]
+               if r.kind is TensorKind.ACTIVATION and r.tensor in tensor_metrics]
         out_m = min(outs, key=lambda m: m.sqnr_db) if outs else None
         in_m = min(ins, key=lambda m: m.sqnr_db) if ins else None
         added = (_nsr(out_m) if out_m else math.nan) - (_nsr(in_m) if in_m else 0.0)
@@ -901,7 +899,8 @@ def _cumulative_found(evaluator: VariantEvaluator, tensor_metrics: Mapping[str, 
 
 def _evidence_stats(evaluator: VariantEvaluator) -> dict[str, Any]:
     """Activation statistics with histograms: from the calibration when it kept them, else collected."""
-    tensors = list(dict.fromkeys(r.tensor for r in evaluator.qmodel.records if r.kind == "activation"))
+    records = evaluator.qmodel.records
+    tensors = list(dict.fromkeys(r.tensor for r in records if r.kind is TensorKind.ACTIVATION))
     calibration = evaluator.qmodel.calibration
     stats = dict(calibration.stats) if calibration is not None else {}
     missing = [t for t in tensors if t not in stats or stats[t].hist is None]
@@ -931,4 +930,4 @@ def _layer_evidence(evaluator: VariantEvaluator, progress: bool) -> dict[str, La
 
 __all__ = ["MODES", "LayerEvidence", "LayerSensitivity", "Mode", "QuantizedInput", "SensitivityReport",
            "TensorError", "VariantEvaluator", "VariantResult", "analyze_sensitivity",
-           "default_runner_factory", "prepare_fp_model", "suggest_calibrators"]
+           "default_runner_factory", "suggest_calibrators"]

@@ -20,6 +20,7 @@ import onnx
 
 from quantdbg.calibration.calibrators.base import calibrator_amaxes
 from quantdbg.calibration.stats import TensorStats
+from quantdbg.config import TensorKind
 from quantdbg.errors import QuantDbgWarning
 from quantdbg.evaluation.metrics import float_from_json, float_to_json
 from quantdbg.qdq.records import QdqRecord, QuantizedModel
@@ -137,7 +138,7 @@ def calibrator_variants(qmodel: QuantizedModel, layers: Sequence[str],
     ranges = {name: calibrator_amaxes(s) for name, s in stats.items()}
     variants = []
     for layer in layers:
-        acts = [r for r in qmodel.records_of(layer) if r.kind == "activation" and r.tensor in ranges]
+        acts = [r for r in qmodel.records_of(layer) if r.kind is TensorKind.ACTIVATION and r.tensor in ranges]
         variants.append(LocalVariant(layer, "recorded", {}))
         if not acts:
             continue
@@ -166,7 +167,7 @@ def layer_evidence(fp_model: onnx.ModelProto, qmodel: QuantizedModel, layer: str
     fields: dict[str, Any] = {}
     worst_error = -1.0
     for record in qmodel.records_of(layer):
-        if record.kind == "weight":
+        if record.kind is TensorKind.WEIGHT:
             values = fp32_weight(fp_model, record)
             if values is not None and values.size:
                 found = weight_evidence(record, values, nodes.get(layer))

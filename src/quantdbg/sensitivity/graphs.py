@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
 from quantdbg.model import UniqueNames
 from quantdbg.qdq.records import QdqRecord, QuantizedModel
@@ -227,7 +228,8 @@ def _switch_node(record: QdqRecord, switch: str, source: str, quantized: onnx.No
             on_nodes.insert(0, q)
     # A pair whose range starts exactly at 0 also clamps negatives: ONNX Runtime's quantizer folds a
     # Relu into such a pair and deletes the Relu, so "off" must keep the clamp to stay FP32-equivalent.
-    op = "Relu" if record.kind == "activation" and _clamps_negatives(record, zero_dtype) else "Identity"
+    clamps = record.kind is TensorKind.ACTIVATION and _clamps_negatives(record, zero_dtype)
+    op = "Relu" if clamps else "Identity"
     off = [helper.make_node(op, [source], [off_out], name=names(f"{base}/Off{op}"))]
     return helper.make_node("If", [switch], [out], name=names(f"{record.node}/switch"),
                             then_branch=_branch(f"{base}/then", on_nodes, on_out, elem_type),
@@ -262,7 +264,7 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
         dq_out = _dq_output(record, nodes)
         source = _fp_source(qmodel, fp_model, record, nodes, names, added)
         quantized: onnx.NodeProto | str = nodes[record.dequantize_node]
-        folded = _folded_weight(model, record, nodes, source) if record.kind == "weight" else None
+        folded = _folded_weight(model, record, nodes, source) if record.kind is TensorKind.WEIGHT else None
         if folded is not None:
             added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
             quantized = added[-1].name
@@ -424,12 +426,12 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
         added: list[onnx.NodeProto] = []
         for record in qmodel.records_of(variant.layer):
             source = node.input[record.input_index] if len(node.input) > record.input_index else ""
-            if source != record.tensor and record.kind == "activation":
+            if source != record.tensor and record.kind is TensorKind.ACTIVATION:
                 raise ModelError(f"Input {record.input_index} of node {variant.layer!r} in the FP32 model is "
                                  f"{source!r}, but the Q/DQ record says {record.tensor!r}; pass the FP32 "
                                  "original the Q/DQ model was made from.")
             key = (record.node, record.input_index)
-            if record.kind == "weight" and key not in folded:
+            if record.kind is TensorKind.WEIGHT and key not in folded:
                 folded[key] = _local_weight(qmodel, record, q_nodes, names, inits)
             if folded.get(key):  # weights: fake-quantized once, shared by every clone of the layer
                 clone.input[record.input_index] = folded[key]
