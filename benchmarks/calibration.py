@@ -137,7 +137,7 @@ def _modelopt(method: str, model: str, data: str, batch_size: int, out: Path) ->
 def _quantdbg(method: str, model: str, data: str, batch_size: int, out: Path) -> dict:
     from quantdbg.config import CalibConfig
     from quantdbg.data import load_npz
-    from quantdbg.qdq.quantizer import quantize
+    from quantdbg.qdq import quantize
 
     feeds = load_npz(data, batch_size=batch_size)
     t0, c0 = time.perf_counter(), time.process_time()

@@ -28,15 +28,17 @@ sys.path.insert(0, str(HERE))
 from _zoo_tasks import ZOO, load_task, minilm_gate, run_command, silero_f1, write_section  # noqa: E402
 from sensitivity import ONE_THREAD, SETTINGS, quantized  # noqa: E402
 
-from quantdbg.calibration.smoothing import SmoothingConfig, smooth  # noqa: E402
+from quantdbg.calibration import SmoothingConfig, smooth  # noqa: E402
 from quantdbg.config import CalibConfig, Precision  # noqa: E402
-from quantdbg.evaluation.task import Accuracy, OutputFunction  # noqa: E402
-from quantdbg.fallback.search import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.evaluation import Accuracy, OutputFunction  # noqa: E402
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
 from quantdbg.model import load_model, save_model  # noqa: E402
-from quantdbg.qdq.foreign import records_from_model  # noqa: E402
-from quantdbg.qdq.quantizer import quantize  # noqa: E402
-from quantdbg.qdq.records import QuantizedModel  # noqa: E402
-from quantdbg.sensitivity.analyze import SensitivityReport, analyze_sensitivity, suggest_calibrators  # noqa: E402
+from quantdbg.qdq import (  # noqa: E402
+    QuantizedModel,  # noqa: E402
+    quantize,  # noqa: E402
+    records_from_model,  # noqa: E402
+)
+from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity, suggest_calibrators  # noqa: E402
 
 BUILDERS = Path("/work/shared/models")
 MODELS = ("minilm_l6_v2_text", "digits_cnn", "silero_vad_16k")

@@ -84,7 +84,7 @@ def _feeds(arrays: dict, unbatched: bool) -> list[dict]:
 def _quantdbg(name: str, n: int, src: Path, out: Path) -> dict:
     from quantdbg.config import CalibConfig
     from quantdbg.data import load_npz
-    from quantdbg.qdq.quantizer import quantize
+    from quantdbg.qdq import quantize
 
     model = _bench.MODELS[name]
     arrays, unbatched = _samples(name, n)
@@ -223,7 +223,7 @@ def qdq_counts(path: Path, fp32: Path) -> dict:
 
 def lint_timed(path: Path, repeat: int) -> dict:
     """The lint report and the median (and minimum) time of ``lint`` itself over ``repeat`` runs."""
-    from quantdbg.diagnostics.linter import lint
+    from quantdbg.diagnostics import lint
     from quantdbg.errors import QuantDbgError
 
     times, report = [], None
@@ -332,7 +332,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
 
 
 def _rules_cell(by_rule: dict[str, list[str]]) -> str:
-    from quantdbg.diagnostics.linter import RULES
+    from quantdbg.diagnostics import RULES
 
     order = list(RULES)
     rules = sorted(by_rule, key=lambda r: order.index(r) if r in order else len(order))
@@ -383,7 +383,7 @@ def verdict(entry: dict) -> str:
 
 
 def lint_severity(rule: str) -> str:
-    from quantdbg.diagnostics.linter import RULES
+    from quantdbg.diagnostics import RULES
 
     return RULES[rule].severity.value if rule in RULES else "?"
 

@@ -68,7 +68,7 @@ def _samples(name: str, n: int) -> tuple[dict, bool]:
 
 def _quantdbg(name: str, n: int, out: Path) -> dict:
     from quantdbg.config import CalibConfig
-    from quantdbg.qdq.quantizer import quantize
+    from quantdbg.qdq import quantize
 
     arrays, unbatched = _samples(name, n)
     count = len(next(iter(arrays.values())))

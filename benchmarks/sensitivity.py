@@ -27,13 +27,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _zoo_tasks import ZooTask, load_task, minilm_cosine, run_command, write_section  # noqa: E402
 
-from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
+from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig, QuantConfig  # noqa: E402
-from quantdbg.evaluation.task import OutputFunction  # noqa: E402
+from quantdbg.evaluation import OutputFunction  # noqa: E402
 from quantdbg.model import load_model  # noqa: E402
-from quantdbg.qdq.quantizer import quantize  # noqa: E402
-from quantdbg.qdq.records import QuantizedModel  # noqa: E402
-from quantdbg.sensitivity.analyze import MODES, SensitivityReport, VariantEvaluator, analyze_sensitivity  # noqa: E402
+from quantdbg.qdq import (  # noqa: E402
+    QuantizedModel,  # noqa: E402
+    quantize,  # noqa: E402
+)
+from quantdbg.sensitivity import MODES, SensitivityReport, VariantEvaluator, analyze_sensitivity  # noqa: E402
 
 MODELS = ("digits_cnn", "minilm_l6_v2_text", "silero_vad_16k")
 SETTINGS = {  # model -> (calibration, placement, what isolated / leave-one-out rank by)

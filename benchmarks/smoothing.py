@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _bench import git_commit, machine  # noqa: E402
 
-from quantdbg.calibration.smoothing import (  # noqa: E402
+from quantdbg.calibration import (  # noqa: E402
     SmoothingConfig,
     SmoothingResult,
     apply_smoothing,
@@ -44,7 +44,7 @@ from quantdbg.calibration.smoothing import (  # noqa: E402
 )
 from quantdbg.config import CalibConfig, QuantConfig  # noqa: E402
 from quantdbg.model import load_model, name_nodes, save_model  # noqa: E402
-from quantdbg.qdq.quantizer import quantize  # noqa: E402
+from quantdbg.qdq import quantize  # noqa: E402
 
 NAME = "minilm_l6_v2_text"
 ZOO = Path(os.environ.get("QDBG_MODELS", "/tmp/qdbg_models"))

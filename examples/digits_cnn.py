@@ -20,11 +20,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _zoo import builder_eval, print_table, zoo_folder  # noqa: E402
 
-from quantdbg.backends.onnxrt import OnnxrtRunner, OnnxrtRunnerFactory, OrtConfig  # noqa: E402
+from quantdbg.backends import OnnxrtRunner, OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
-from quantdbg.evaluation.task import Accuracy  # noqa: E402
-from quantdbg.fallback.search import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
-from quantdbg.qdq.quantizer import quantize  # noqa: E402
+from quantdbg.evaluation import Accuracy  # noqa: E402
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.qdq import quantize  # noqa: E402
 
 
 def load(zoo: bool) -> tuple[object, dict, dict, np.ndarray, str]:

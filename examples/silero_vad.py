@@ -21,11 +21,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _zoo import builder_eval, print_table, zoo_folder  # noqa: E402
 
-from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
+from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
-from quantdbg.evaluation.task import ModelFunction  # noqa: E402
-from quantdbg.fallback.search import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
-from quantdbg.qdq.quantizer import quantize  # noqa: E402
+from quantdbg.evaluation import ModelFunction  # noqa: E402
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.qdq import quantize  # noqa: E402
 
 BUILDER = "silero_vad_speech.py"
 

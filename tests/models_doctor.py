@@ -56,13 +56,12 @@ def report_results(seed: int = 0) -> dict:
     """One result of every renderable kind, from the residual block (a few seconds on one thread)."""
     import models
 
-    from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
-    from quantdbg.diagnostics.doctor import DoctorConfig, diagnose
-    from quantdbg.diagnostics.linter import lint
-    from quantdbg.fallback.search import FallbackTarget, search_fallback
-    from quantdbg.qdq.quantizer import quantize
-    from quantdbg.report.render import ReportBundle
-    from quantdbg.sensitivity.analyze import analyze_sensitivity
+    from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.diagnostics import DoctorConfig, diagnose, lint
+    from quantdbg.fallback import FallbackTarget, search_fallback
+    from quantdbg.qdq import quantize
+    from quantdbg.report import ReportBundle
+    from quantdbg.sensitivity import analyze_sensitivity
 
     rng = np.random.default_rng(seed)
     model = models.conv_residual()

@@ -14,12 +14,10 @@ import onnx_graphsurgeon as gs
 import onnxruntime as ort
 from models import _const, _finish, _rng
 
-from quantdbg.calibration.calibrators.base import TensorRange
-from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.calibration import CalibrationResult, TensorRange
 from quantdbg.model import load_model, name_nodes
-from quantdbg.placement.plan import plan_qdq
-from quantdbg.qdq.insert import insert_qdq
-from quantdbg.qdq.records import QuantizedModel
+from quantdbg.placement import plan_qdq
+from quantdbg.qdq import QuantizedModel, insert_qdq
 
 
 def mlp4(seed: int = 0, width: int = 16) -> onnx.ModelProto:

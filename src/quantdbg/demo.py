@@ -160,7 +160,7 @@ class DemoResult:
 
 def _top1(model: Any, inputs: Mapping[str, np.ndarray], labels: np.ndarray,
           threads: int) -> tuple[float, np.ndarray]:
-    from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
+    from quantdbg.backends import OnnxrtRunner, OrtConfig
 
     with OnnxrtRunner(model, OrtConfig(intra_op_num_threads=threads)) as runner:
         logits = runner.infer(inputs)[OUTPUT_NAME]
@@ -183,11 +183,11 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     Raises:
         ConfigError: ``out_dir`` does not exist.
     """
-    from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
-    from quantdbg.diagnostics.doctor import DoctorConfig, diagnose
-    from quantdbg.evaluation.metrics import compare_arrays
-    from quantdbg.fallback.search import FallbackConfig, FallbackTarget, auto_fallback
-    from quantdbg.qdq.quantizer import quantize
+    from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.diagnostics import DoctorConfig, diagnose
+    from quantdbg.evaluation import compare_arrays
+    from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+    from quantdbg.qdq import quantize
 
     start = time.perf_counter()
     folder = _out_folder(out_dir)
@@ -231,8 +231,8 @@ def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_fallback
 
 def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibration: Any, doctor: Any,
             min_sqnr_db: float) -> Any:
-    from quantdbg.diagnostics.checks import Evidence
-    from quantdbg.report.render import ReportBundle
+    from quantdbg.diagnostics import Evidence
+    from quantdbg.report import ReportBundle
 
     summary = Evidence(("model", "layers in INT8", "top-1", "logits SQNR vs FP32 (dB)"),
                        tuple((s.name, s.int8_layers, s.top1, s.sqnr_db) for s in scores))
@@ -247,7 +247,7 @@ def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibrati
 def _write(folder: Path | None, bundle: Any, qmodel: Any, mixed: Any, plan: Any) -> dict[str, Path]:
     if folder is None:
         return {}
-    from quantdbg.report.render import write_report
+    from quantdbg.report import write_report
 
     written = write_report(bundle, html=folder / "report.html", markdown=folder / "report.md",
                            json=folder / "report.json")

@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from quantdbg.calibration.ranges import calibrate
+from quantdbg.calibration import calibrate
 from quantdbg.config import CalibConfig
 from quantdbg.data import ArrayData, load_npz
 from quantdbg.model import input_specs

@@ -6,13 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
+from quantdbg.backends import OnnxrtRunner, OrtConfig
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.model import load_model
-from quantdbg.qdq.quantizer import quantize
-from quantdbg.qdq.records import QuantizedModel
-from quantdbg.qdq.remove import remove_qdq
+from quantdbg.qdq import QuantizedModel, quantize, remove_qdq
 
 ONE_THREAD = OrtConfig(intra_op_num_threads=1)
 MAX_DROP_POINTS = 0.5

@@ -10,13 +10,13 @@ import onnxruntime as ort
 import pytest
 
 import quantdbg
-from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
+from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.cli import main
 from quantdbg.config import CalibConfig
-from quantdbg.evaluation.task import Accuracy
-from quantdbg.fallback.search import FallbackConfig, FallbackTarget, auto_fallback
-from quantdbg.qdq.foreign import records_from_model
-from quantdbg.sensitivity.analyze import analyze_sensitivity
+from quantdbg.evaluation import Accuracy
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+from quantdbg.qdq import records_from_model
+from quantdbg.sensitivity import analyze_sensitivity
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 

@@ -14,7 +14,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def trt_ready() -> None:
-    from quantdbg.backends.tensorrt.runner import unavailable_reason
+    from quantdbg.backends.tensorrt import unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:

@@ -13,7 +13,7 @@ pytest.importorskip("tensorrt", reason="TensorRT is not installed: its wheels co
 
 import models_lint  # noqa: E402
 
-from quantdbg.backends.tensorrt.runner import TrtConfig, TrtRunner, build_engine  # noqa: E402
+from quantdbg.backends.tensorrt import TrtConfig, TrtRunner, build_engine  # noqa: E402
 from quantdbg.errors import BackendError, DataError  # noqa: E402
 
 pytestmark = [pytest.mark.trt, pytest.mark.gpu, pytest.mark.usefixtures("trt_ready")]

@@ -10,10 +10,8 @@ from onnx import numpy_helper
 import quantdbg
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import DataError, ModelError
-from quantdbg.placement.plan import plan_qdq
-from quantdbg.qdq.foreign import records_from_model
-from quantdbg.qdq.quantizer import quantize
-from quantdbg.qdq.records import QuantizedModel
+from quantdbg.placement import plan_qdq
+from quantdbg.qdq import QuantizedModel, quantize, records_from_model
 
 
 def mlp_activations(model: onnx.ModelProto, x: np.ndarray) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantdbg.backends.tensorrt.runner import (
+from quantdbg.backends.tensorrt import (
     LatencyResult,
     LayerPrecision,
     ShapeRange,

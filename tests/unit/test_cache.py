@@ -8,12 +8,10 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from quantdbg.calibration.calibrators import TensorRange
-from quantdbg.calibration.ranges import CalibrationResult
-from quantdbg.calibration.stats import TensorStats
+from quantdbg.calibration import CalibrationResult, TensorRange, TensorStats
 from quantdbg.errors import ConfigError, DataError
+from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.qdq import cache as cache
-from quantdbg.qdq.records import QdqRecord, QuantizedModel
 
 
 def _result() -> CalibrationResult:

@@ -9,18 +9,20 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from quantdbg.calibration.calibrators import EntropyConfig, PercentileConfig, get_calibrator
-from quantdbg.calibration.ranges import (
+from quantdbg.calibration import (
     CalibrationResult,
+    EntropyConfig,
+    PercentileConfig,
     calib_config_from_dict,
     calib_config_to_dict,
     calibrate,
+    get_calibrator,
+    merge_stats,
 )
-from quantdbg.calibration.stats import merge_stats
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData
 from quantdbg.errors import ConfigError, QuantDbgWarning
-from quantdbg.placement.plan import QdqPlan, QuantTarget, plan_qdq
+from quantdbg.placement import QdqPlan, QuantTarget, plan_qdq
 
 
 def _opts() -> ort.SessionOptions:

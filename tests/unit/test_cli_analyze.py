@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from quantdbg.cli import main
-from quantdbg.fallback.search import FallbackPlan
-from quantdbg.sensitivity.analyze import SensitivityReport
+from quantdbg.fallback import FallbackPlan
+from quantdbg.sensitivity import SensitivityReport
 
 PY = shlex.quote(sys.executable)
 # Task metric: minus the number of DequantizeLinear nodes (each layer of mlp4 has two).

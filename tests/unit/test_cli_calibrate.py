@@ -9,11 +9,11 @@ import numpy as np
 import onnx
 import pytest
 
-from quantdbg.calibration.calibrators import PercentileConfig
+from quantdbg.calibration import PercentileConfig
 from quantdbg.cli import main
 from quantdbg.cli.calibrate import calib_config
 from quantdbg.errors import ConfigError
-from quantdbg.qdq.foreign import records_from_model
+from quantdbg.qdq import records_from_model
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from quantdbg.cli import main
-from quantdbg.diagnostics.linter import lint
+from quantdbg.diagnostics import lint
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 from quantdbg.cli import main
-from quantdbg.diagnostics.doctor import DoctorReport
-from quantdbg.report.render import write_report
+from quantdbg.diagnostics import DoctorReport
+from quantdbg.report import write_report
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def conv_files(tmp_path, rng):
 
 def test_report_renders_html_and_markdown(tmp_path, capsys):
     plan_json = tmp_path / "plan.json"
-    from quantdbg.fallback.search import FallbackTarget, search_fallback
+    from quantdbg.fallback import FallbackTarget, search_fallback
 
     plan = search_fallback(["a", "b", "c"], lambda nodes: float(len(nodes)), FallbackTarget.min_metric(2.0))
     write_report(plan, json=plan_json)

@@ -11,7 +11,7 @@ import pytest
 
 from quantdbg.demo import INPUT_NAME, OUTPUT_NAME, load_embedded, preprocess_digits, run_demo
 from quantdbg.errors import ConfigError, DataError
-from quantdbg.report.render import ReportBundle, load_result
+from quantdbg.report import ReportBundle, load_result
 
 
 def test_preprocess_matches_a_plain_loop():

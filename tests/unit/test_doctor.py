@@ -9,10 +9,7 @@ import models_doctor
 import numpy as np
 import pytest
 
-from quantdbg.calibration.calibrators import get_calibrator
-from quantdbg.calibration.calibrators.base import TensorRange
-from quantdbg.calibration.ranges import CalibrationResult
-from quantdbg.calibration.stats import Collector, collect_stats
+from quantdbg.calibration import CalibrationResult, Collector, TensorRange, collect_stats, get_calibrator
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.diagnostics.checks import (
     CHECKS,
@@ -38,7 +35,7 @@ from quantdbg.diagnostics.checks import (
 from quantdbg.diagnostics.doctor import CheckRun, DoctorConfig, DoctorReport, diagnose, format_text
 from quantdbg.errors import ConfigError
 from quantdbg.model import load_model
-from quantdbg.qdq.quantizer import quantize
+from quantdbg.qdq import quantize
 
 
 def _stats(name: str, values: np.ndarray, num_bins: int = 2048):
@@ -220,14 +217,14 @@ def _doctored_mlp(rng):
     r = ranges["r"]
     ranges["r"] = TensorRange("r", r.lo * 100, r.hi * 100, r.method)
     bad = CalibrationResult(ranges, honest.calibration.stats, honest.calibration.config, 1, 64)
-    from quantdbg.qdq.insert import insert_qdq
+    from quantdbg.qdq import insert_qdq
 
     return model, insert_qdq(model, bad), data
 
 
 def test_sensitive_layers_confirms_the_doctored_layer_in_isolation(rng):
-    from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
-    from quantdbg.sensitivity.analyze import VariantEvaluator, analyze_sensitivity
+    from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
 
     model, qmodel, data = _doctored_mlp(rng)
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))

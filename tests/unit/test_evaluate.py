@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from quantdbg.errors import BackendError, ConfigError, DataError
-from quantdbg.evaluation.task import (
+from quantdbg.evaluation import (
     Accuracy,
     CommandMetric,
     ModelFunction,

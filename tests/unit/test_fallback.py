@@ -11,7 +11,7 @@ import pytest
 
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
-from quantdbg.fallback.search import (
+from quantdbg.fallback import (
     FallbackPlan,
     FallbackTarget,
     auto_fallback,

@@ -10,15 +10,15 @@ import models_lint
 import onnx
 import pytest
 
-from quantdbg.backends.tensorrt.commands import (
+from quantdbg.backends.tensorrt import (
     BuildCommands,
     EngineBuildSpec,
+    ShapeRange,
     build_commands,
     polygraphy_convert_command,
     polygraphy_run_command,
     trtexec_command,
 )
-from quantdbg.backends.tensorrt.runner import ShapeRange
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, ModelError
 

@@ -183,7 +183,7 @@ def test_dequantized_input_into_an_lstm_is_flagged():
     # TensorRT has no INT8 LSTM: a DQ feeding one only adds a reformat layer.
     from onnx import TensorProto, helper, numpy_helper
 
-    from quantdbg.diagnostics.linter import lint
+    from quantdbg.diagnostics import lint
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "zp"),

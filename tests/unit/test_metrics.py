@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from quantdbg.errors import ConfigError, DataError
-from quantdbg.evaluation.metrics import (
+from quantdbg.evaluation import (
     Comparison,
     MetricAccumulator,
     OutputMetrics,

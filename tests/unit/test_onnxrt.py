@@ -11,9 +11,14 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 
-from quantdbg.backends import available, make_runner_factory
-from quantdbg.backends.base import Runner
-from quantdbg.backends.onnxrt import OnnxrtRunner, OnnxrtRunnerFactory, OrtConfig
+from quantdbg.backends import (
+    OnnxrtRunner,
+    OnnxrtRunnerFactory,
+    OrtConfig,
+    Runner,
+    available,
+    make_runner_factory,
+)
 from quantdbg.errors import BackendError, ConfigError, DataError, MissingDependencyError
 
 ONE_THREAD = OrtConfig(intra_op_num_threads=1)
@@ -179,7 +184,7 @@ def test_default_config_simulates_qdq_as_onnx_defines_it(rng):
     import models_sensitivity as ms
 
     from quantdbg.config import Precision
-    from quantdbg.qdq.remove import remove_qdq
+    from quantdbg.qdq import remove_qdq
 
     model = ms.mlp4()
     feeds = ms.feeds_for(model, rng)

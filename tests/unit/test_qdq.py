@@ -12,16 +12,12 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from onnx import numpy_helper
 
-from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
-from quantdbg.calibration.calibrators.base import TensorRange
-from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.backends import OnnxrtRunner, OrtConfig
+from quantdbg.calibration import CalibrationResult, TensorRange
 from quantdbg.config import Precision, QuantConfig
 from quantdbg.errors import ModelError, NotCalibratedError, QuantDbgWarning
-from quantdbg.placement.plan import QdqPlan, plan_qdq
-from quantdbg.qdq.foreign import records_from_model
-from quantdbg.qdq.insert import insert_qdq
-from quantdbg.qdq.records import QdqRecord, QuantizedModel
-from quantdbg.qdq.remove import remove_qdq
+from quantdbg.placement import QdqPlan, plan_qdq
+from quantdbg.qdq import QdqRecord, QuantizedModel, insert_qdq, records_from_model, remove_qdq
 
 EXACT = OrtConfig(intra_op_num_threads=1, graph_optimization_level="disable")
 OPTIMIZED = OrtConfig(intra_op_num_threads=1)

@@ -12,12 +12,12 @@ import sys
 import models_doctor
 import pytest
 
-from quantdbg.diagnostics.checks import Evidence
+from quantdbg.diagnostics import Evidence
 from quantdbg.errors import ConfigError
+from quantdbg.report import ReportBundle
 from quantdbg.report import plots as report_plots
 from quantdbg.report import render as report
 from quantdbg.report import sections as report_sections
-from quantdbg.report.render import ReportBundle
 
 KINDS = ("calibration", "sensitivity", "fallback", "lint", "doctor", "bundle")
 PRIMARY = {"calibration": "calibration-ranges", "sensitivity": "sensitivity-ranking",

@@ -9,14 +9,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
+from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, ModelError
-from quantdbg.evaluation.metrics import compare_arrays
-from quantdbg.evaluation.task import OutputFunction
+from quantdbg.evaluation import OutputFunction, compare_arrays
 from quantdbg.model import load_model, name_nodes
-from quantdbg.qdq.records import QdqRecord
-from quantdbg.qdq.remove import remove_qdq
+from quantdbg.qdq import QdqRecord, remove_qdq
 from quantdbg.sensitivity import graphs as _analysis
 from quantdbg.sensitivity.analyze import (
     MODES,
@@ -242,7 +240,7 @@ def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
     turning such a pair off must keep the clamp, or every variant without it is garbage."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from quantdbg.qdq.foreign import records_from_model
+    from quantdbg.qdq import records_from_model
 
     model = ms.small_cnn()
     feeds = ms.feeds_for(model, rng)

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg.calibration.smoothing import (
+from quantdbg.calibration import (
     Migration,
     SmoothingConfig,
     SmoothingResult,
@@ -22,7 +22,7 @@ from quantdbg.calibration.smoothing import (
 )
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, DataError, ModelError, QuantDbgWarning
-from quantdbg.qdq.quantizer import quantize
+from quantdbg.qdq import quantize
 
 
 def _run(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

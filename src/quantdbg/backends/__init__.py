@@ -11,12 +11,14 @@ from typing import Any, Literal
 
 from quantdbg._optional import is_available, load
 from quantdbg.backends.base import Runner, RunnerFactory
+from quantdbg.backends.onnxrt import OnnxrtRunner, OnnxrtRunnerFactory, OrtConfig
 from quantdbg.errors import ConfigError, MissingDependencyError
 
 BackendName = Literal["onnxrt", "tensorrt"]
 BACKENDS: tuple[str, ...] = ("onnxrt", "tensorrt")
 
-__all__ = ["BACKENDS", "BackendName", "Runner", "RunnerFactory", "available", "make_runner_factory"]
+__all__ = ["BACKENDS", "BackendName", "OnnxrtRunner", "OnnxrtRunnerFactory", "OrtConfig", "Runner",
+           "RunnerFactory", "available", "make_runner_factory"]
 
 
 def available() -> list[str]:

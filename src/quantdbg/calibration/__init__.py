@@ -4,14 +4,48 @@ Data flows ``stats`` (streaming collectors, exact merge) -> ``calibrators`` (sta
 -> ``ranges`` (:func:`calibrate`, one pass over the data for the planned tensors). ``smoothing``
 is the SmoothQuant-style rewrite that moves activation outliers into weights before calibration.
 """
-from quantdbg.calibration.calibrators.base import (
-           TensorRange,
-           available_calibrators,
-           get_calibrator,
-           register_calibrator,
+from quantdbg.calibration.calibrators import (
+    Calibrator,
+    EntropyConfig,
+    MinMaxConfig,
+    MseConfig,
+    PercentileConfig,
+    TensorRange,
+    available_calibrators,
+    calibrator_name,
+    get_calibrator,
+    register_calibrator,
 )
-from quantdbg.calibration.ranges import CalibrationResult, calibrate
-from quantdbg.calibration.stats import TensorStats, collect_stats
+from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration.ranges import (
+    CalibrationResult,
+    calib_config_from_dict,
+    calib_config_to_dict,
+    calibrate,
+)
+from quantdbg.calibration.smoothing import (
+    Migration,
+    SmoothingConfig,
+    SmoothingResult,
+    apply_smoothing,
+    collect_channel_absmax,
+    smooth,
+    smoothing_scales,
+    smoothing_targets,
+)
+from quantdbg.calibration.stats import (
+    Collected,
+    Collector,
+    TensorStats,
+    collect_stats,
+    expose_tensors,
+    merge_stats,
+)
 
-__all__ = ["CalibrationResult", "TensorRange", "TensorStats", "available_calibrators", "calibrate",
-           "collect_stats", "get_calibrator", "register_calibrator"]
+__all__ = [
+    "CalibrationResult", "Calibrator", "Collected", "Collector", "EntropyConfig", "Migration", "MinMaxConfig",
+    "MseConfig", "PercentileConfig", "SmoothingConfig", "SmoothingResult", "TensorRange", "TensorStats",
+    "apply_smoothing", "available_calibrators", "calib_config_from_dict", "calib_config_to_dict", "calibrate",
+    "calibrator_amaxes", "calibrator_name", "collect_channel_absmax", "collect_stats", "expose_tensors",
+    "get_calibrator", "merge_stats", "register_calibrator", "smooth", "smoothing_scales", "smoothing_targets",
+]

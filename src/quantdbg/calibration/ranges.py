@@ -23,7 +23,7 @@ from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError
 from quantdbg.model import ModelSource, as_loaded
-from quantdbg.placement.plan import QdqPlan, plan_qdq
+from quantdbg.placement import QdqPlan, plan_qdq
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _load_models(args: argparse.Namespace) -> tuple[Any, Any]:
     """Returns (FP32 ModelProto, QuantizedModel)."""
     from quantdbg.model import load_model, quantized_nodes
-    from quantdbg.qdq.foreign import records_from_model
+    from quantdbg.qdq import records_from_model
 
     loaded = load_model(args.model, allow_quantized=True)
     found = quantized_nodes(loaded)
@@ -96,7 +96,7 @@ def _load_models(args: argparse.Namespace) -> tuple[Any, Any]:
         raise ConfigError(f"MODEL {args.model!r} is FP32: give calibration data with --data CALIB.npz to "
                           "quantize it.")
     from quantdbg.config import CalibConfig, QuantConfig
-    from quantdbg.qdq.quantizer import quantize
+    from quantdbg.qdq import quantize
 
     quant = QuantConfig(op_types=tuple(args.op_types)) if args.op_types else QuantConfig()
     qmodel = quantize(loaded, args.data, CalibConfig(method=args.method), quant, batch_size=args.batch_size,
@@ -105,7 +105,7 @@ def _load_models(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _metric(args: argparse.Namespace, fp_model: Any) -> Any:
-    from quantdbg.evaluation.task import Accuracy, CommandMetric, OutputMetric, Top1Agreement
+    from quantdbg.evaluation import Accuracy, CommandMetric, OutputMetric, Top1Agreement
 
     if args.lower_is_better and not args.evaluate:
         raise ConfigError("--lower-is-better describes the --evaluate command's metric; add --evaluate CMD.")
@@ -146,7 +146,7 @@ def _check_out(path: str, flag: str) -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     """``quantdbg analyze``: writes the sensitivity report and prints the top of the ranking."""
-    from quantdbg.sensitivity.analyze import analyze_sensitivity
+    from quantdbg.sensitivity import analyze_sensitivity
 
     _check_out(args.out, "--out")
     if args.jobs < 1:
@@ -183,7 +183,7 @@ def _print_ranking(report: Any, top: int = 10) -> None:
 
 
 def _target(args: argparse.Namespace) -> Any:
-    from quantdbg.fallback.search import FallbackTarget
+    from quantdbg.fallback import FallbackTarget
 
     if args.min_sqnr is not None:
         if args.evaluate or args.labels:
@@ -198,8 +198,8 @@ def _target(args: argparse.Namespace) -> Any:
 def run_fallback(args: argparse.Namespace) -> int:
     """``quantdbg fallback``: searches, then writes the plan and (when met) the mixed model."""
     from quantdbg.config import Precision
-    from quantdbg.fallback.search import FallbackConfig, auto_fallback
-    from quantdbg.sensitivity.analyze import SensitivityReport
+    from quantdbg.fallback import FallbackConfig, auto_fallback
+    from quantdbg.sensitivity import SensitivityReport
 
     _check_out(args.out, "--out")
     _check_out(args.plan, "--plan")

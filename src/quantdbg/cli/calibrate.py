@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
     from quantdbg.config import QuantConfig
-    from quantdbg.qdq.quantizer import quantize
+    from quantdbg.qdq import quantize
 
     outputs = _check_paths(args)
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
@@ -104,7 +104,7 @@ def calib_config(method: str, per_op: Sequence[str], per_tensor: Sequence[str],
         ConfigError: A malformed entry, an unknown calibrator, or ``percentile`` given while no
             option selects the percentile calibrator.
     """
-    from quantdbg.calibration.calibrators import PercentileConfig, calibrator_name
+    from quantdbg.calibration import PercentileConfig, calibrator_name
     from quantdbg.config import CalibConfig
 
     ops = _pairs("--per-op", "OP=METHOD", per_op)
@@ -141,7 +141,7 @@ def _write_scales(qmodel: Any, calib: Any, cache: Path | None, scales: Path | No
     """Writes the TensorRT calibration cache and the JSON scales file when asked for."""
     if cache is None and scales is None:
         return []
-    from quantdbg.calibration.calibrators import calibrator_name
+    from quantdbg.calibration import calibrator_name
     from quantdbg.qdq import cache as cache_io
 
     written = []

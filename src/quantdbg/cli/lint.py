@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from quantdbg._io import write_json_atomic
-from quantdbg.diagnostics.linter import RULES, LintReport, Severity, lint
+from quantdbg.diagnostics import RULES, LintReport, Severity, lint
 
 _EPILOG = """\
 exit status:

@@ -65,7 +65,7 @@ def run_report(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Unreadable result, no output requested, missing folder or dependency.
     """
-    from quantdbg.report.render import load_result, write_report
+    from quantdbg.report import load_result, write_report
 
     if args.html is None and args.md is None:
         raise ConfigError("Nothing to write: give --html OUT.html and/or --md OUT.md.")
@@ -85,7 +85,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def _register_doctor(sub: argparse._SubParsersAction) -> None:
-    from quantdbg.diagnostics.checks import CHECKS
+    from quantdbg.diagnostics import CHECKS
 
     parser = sub.add_parser(
         "doctor",
@@ -151,9 +151,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         QuantDbgError: Bad input.
     """
     from quantdbg.config import CalibConfig
-    from quantdbg.diagnostics.checks import CHECKS
-    from quantdbg.diagnostics.doctor import DoctorConfig, diagnose
-    from quantdbg.report.render import write_report
+    from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
+    from quantdbg.report import write_report
 
     _check_outputs(args.json, args.html, args.md)
     config = DoctorConfig(

@@ -17,17 +17,16 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration import calibrator_amaxes
 from quantdbg.config import TensorKind
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
-from quantdbg.evaluation.metrics import float_from_json, float_to_json
+from quantdbg.evaluation import float_from_json, float_to_json
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, nsr, sqnr_db, zeroed_fraction
 
 if TYPE_CHECKING:
-    from quantdbg.calibration.ranges import CalibrationResult
-    from quantdbg.calibration.stats import TensorStats
-    from quantdbg.qdq.records import QuantizedModel
-    from quantdbg.sensitivity.analyze import SensitivityReport
+    from quantdbg.calibration import CalibrationResult, TensorStats
+    from quantdbg.qdq import QuantizedModel
+    from quantdbg.sensitivity import SensitivityReport
 
 CheckName = Literal["sensitive_layers", "weight_zeroing", "calibrator_disagreement", "calibration_size",
                     "mixed_ranges", "qdq_fusion"]
@@ -503,8 +502,8 @@ def collect_chunked(model: onnx.ModelProto, data: Iterable[Mapping[str, np.ndarr
     Returns:
         The per-chunk statistics (histograms of one length, so chunks merge exactly).
     """
-    from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
-    from quantdbg.calibration.stats import Collector, expose_tensors
+    from quantdbg.backends import OnnxrtRunner, OrtConfig
+    from quantdbg.calibration import Collector, expose_tensors
     from quantdbg.model import input_specs
 
     specs = input_specs(model)
@@ -552,7 +551,7 @@ def bootstrap_stability(chunked: ChunkedStats, calibrators: Mapping[str, Any], r
     Returns:
         One entry per tensor, in ``calibrators`` order.
     """
-    from quantdbg.calibration.stats import merge_stats
+    from quantdbg.calibration import merge_stats
 
     k = len(chunked.chunks)
     rng = np.random.default_rng(seed)
@@ -716,8 +715,8 @@ def mixed_ranges(model: onnx.ModelProto, data: Iterable[Mapping[str, np.ndarray]
         One entry per (tensor, channel axis) examined; for each tensor the axis with the most
         swamped channels comes first.
     """
-    from quantdbg.backends.onnxrt import OnnxrtRunner, OrtConfig
-    from quantdbg.calibration.stats import collect_stats, expose_tensors
+    from quantdbg.backends import OnnxrtRunner, OrtConfig
+    from quantdbg.calibration import collect_stats, expose_tensors
     from quantdbg.model import input_specs
 
     specs = input_specs(model)

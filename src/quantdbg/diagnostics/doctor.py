@@ -42,14 +42,14 @@ from quantdbg.errors import ConfigError, QuantDbgError
 if TYPE_CHECKING:
     import onnx
 
-    from quantdbg.calibration.ranges import CalibrationResult
+    from quantdbg.calibration import CalibrationResult
     from quantdbg.data import CalibrationData, DataSource
     from quantdbg.diagnostics.linter import LintReport
-    from quantdbg.evaluation.task import TaskMetric
+    from quantdbg.evaluation import TaskMetric
     from quantdbg.model import ModelSource
-    from quantdbg.placement.plan import QdqPlan
-    from quantdbg.qdq.records import QuantizedModel
-    from quantdbg.sensitivity.analyze import SensitivityReport
+    from quantdbg.placement import QdqPlan
+    from quantdbg.qdq import QuantizedModel
+    from quantdbg.sensitivity import SensitivityReport
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class DoctorConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        from quantdbg.calibration.ranges import calib_config_to_dict
+        from quantdbg.calibration import calib_config_to_dict
 
         data = {k: v for k, v in self.__dict__.items() if k not in ("calib", "quant")}
         data["checks"] = list(self.checks)
@@ -136,7 +136,7 @@ class DoctorConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DoctorConfig:
         """Inverse of :meth:`to_dict`."""
-        from quantdbg.calibration.ranges import calib_config_from_dict
+        from quantdbg.calibration import calib_config_from_dict
 
         values = dict(data)
         values["calib"] = calib_config_from_dict(values["calib"])
@@ -234,7 +234,7 @@ class DoctorReport:
             raise ConfigError(f"Not a quantdbg doctor report (format {data.get('format')!r}, expected "
                               f"{DOCTOR_FORMAT!r}).")
         from quantdbg.diagnostics.linter import LintReport
-        from quantdbg.sensitivity.analyze import SensitivityReport
+        from quantdbg.sensitivity import SensitivityReport
 
         opt = lambda key, typ: None if data.get(key) is None else typ.from_dict(data[key])  # noqa: E731
         many = lambda key, typ: tuple(typ.from_dict(x) for x in data.get(key, ()))  # noqa: E731
@@ -337,11 +337,11 @@ def diagnose(model: ModelSource, data: DataSource, eval_data: DataSource | None 
 
 def _prepare(model: ModelSource, data: DataSource, eval_data: DataSource | None, config: DoctorConfig,
              metric: TaskMetric | str, progress: bool) -> _Context:
-    from quantdbg.calibration.ranges import calibrate
+    from quantdbg.calibration import calibrate
     from quantdbg.data import as_data
     from quantdbg.model import as_loaded, input_specs
-    from quantdbg.placement.plan import plan_qdq
-    from quantdbg.qdq.insert import insert_qdq
+    from quantdbg.placement import plan_qdq
+    from quantdbg.qdq import insert_qdq
 
     loaded = as_loaded(model)
     fp_model = loaded.proto
@@ -370,9 +370,9 @@ def _report(model: ModelSource, context: _Context, findings: tuple[Finding, ...]
 
 
 def _run_sensitive_layers(ctx: _Context) -> CheckOutcome:
-    from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
     from quantdbg.diagnostics.checks import check_sensitive_layers, confirm_layers
-    from quantdbg.sensitivity.analyze import VariantEvaluator, analyze_sensitivity
+    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
 
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=ctx.config.threads))
     ctx.sensitivity = analyze_sensitivity(ctx.fp_model, ctx.qmodel, ctx.evals, mode="local",
@@ -391,7 +391,7 @@ def _run_weight_zeroing(ctx: _Context) -> CheckOutcome:
 def _run_calibrator_disagreement(ctx: _Context) -> CheckOutcome:
     from dataclasses import replace
 
-    from quantdbg.calibration.stats import collect_stats
+    from quantdbg.calibration import collect_stats
     from quantdbg.diagnostics.checks import check_calibrator_disagreement
 
     calibration = ctx.calibration
@@ -405,7 +405,7 @@ def _run_calibrator_disagreement(ctx: _Context) -> CheckOutcome:
 
 
 def _run_calibration_size(ctx: _Context) -> CheckOutcome:
-    from quantdbg.calibration.calibrators import get_calibrator
+    from quantdbg.calibration import get_calibrator
     from quantdbg.diagnostics.checks import bootstrap_stability, check_calibration_size, collect_chunked
 
     tensors = ctx.plan.activation_tensors

@@ -1,6 +1,18 @@
 """Evaluation: how a variant's outputs compare with FP32 (output metrics) and what the user's task
 says of it (task metrics: accuracy, a callable, an external command)."""
-from quantdbg.evaluation.metrics import Comparison, MetricName, OutputMetrics, compare_arrays, compare_outputs
+from quantdbg.evaluation.metrics import (
+    METRIC_NAMES,
+    Comparison,
+    MetricAccumulator,
+    MetricName,
+    OutputMetrics,
+    compare_arrays,
+    compare_outputs,
+    float_from_json,
+    float_to_json,
+    json_float,
+    metrics_from_sums,
+)
 from quantdbg.evaluation.task import (
     Accuracy,
     CommandMetric,
@@ -10,8 +22,11 @@ from quantdbg.evaluation.task import (
     TaskMetric,
     Top1Agreement,
     as_task_metric,
+    concat_batches,
+    parse_metric_line,
 )
 
-__all__ = ["Accuracy", "CommandMetric", "Comparison", "MetricName", "ModelFunction", "OutputFunction",
-           "OutputMetric", "OutputMetrics", "TaskMetric", "Top1Agreement", "as_task_metric", "compare_arrays",
-           "compare_outputs"]
+__all__ = ["METRIC_NAMES", "Accuracy", "CommandMetric", "Comparison", "MetricAccumulator", "MetricName",
+           "ModelFunction", "OutputFunction", "OutputMetric", "OutputMetrics", "TaskMetric", "Top1Agreement",
+           "as_task_metric", "compare_arrays", "compare_outputs", "concat_batches", "float_from_json",
+           "float_to_json", "json_float", "metrics_from_sums", "parse_metric_line"]

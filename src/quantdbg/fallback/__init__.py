@@ -5,9 +5,10 @@ from quantdbg.fallback.search import (
     FallbackResult,
     FallbackTarget,
     auto_fallback,
+    default_budget,
     search_fallback,
     write_mixed_model,
 )
 
 __all__ = ["FallbackConfig", "FallbackPlan", "FallbackResult", "FallbackTarget", "auto_fallback",
-           "search_fallback", "write_mixed_model"]
+           "default_budget", "search_fallback", "write_mixed_model"]

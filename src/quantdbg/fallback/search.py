@@ -23,16 +23,15 @@ import numpy as np
 from quantdbg._io import write_json_atomic
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, QuantDbgError
-from quantdbg.evaluation.metrics import float_to_json, json_float
+from quantdbg.evaluation import float_to_json, json_float
 
 if TYPE_CHECKING:
-    from quantdbg.backends.base import RunnerFactory
+    from quantdbg.backends import RunnerFactory
     from quantdbg.data import DataSource
-    from quantdbg.evaluation.metrics import MetricName
-    from quantdbg.evaluation.task import TaskMetric
+    from quantdbg.evaluation import MetricName, TaskMetric
     from quantdbg.model import ModelSource
-    from quantdbg.qdq.records import QuantizedModel
-    from quantdbg.sensitivity.analyze import Mode, SensitivityReport
+    from quantdbg.qdq import QuantizedModel
+    from quantdbg.sensitivity import Mode, SensitivityReport
 
 logger = logging.getLogger(__name__)
 
@@ -290,7 +289,7 @@ class FallbackPlan:
             The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
             is logged).
         """
-        from quantdbg.backends.tensorrt.commands import EngineBuildSpec, build_commands
+        from quantdbg.backends.tensorrt import EngineBuildSpec, build_commands
 
         path = Path(model_path)
         try:
@@ -336,7 +335,7 @@ class FallbackPlan:
 
 def _profile_from(data: Any) -> dict[str, Any]:
     """Min / opt (first feed) / max shapes of every input over the feeds of ``data``."""
-    from quantdbg.backends.tensorrt.runner import ShapeRange
+    from quantdbg.backends.tensorrt import ShapeRange
     from quantdbg.data import as_data
 
     if data is None:
@@ -548,7 +547,7 @@ def write_mixed_model(qmodel: QuantizedModel, plan: FallbackPlan | Iterable[str]
     Raises:
         ModelError: A node is not quantized in ``qmodel``, or the folder does not exist.
     """
-    from quantdbg.qdq.remove import remove_qdq
+    from quantdbg.qdq import remove_qdq
 
     nodes = plan.nodes if isinstance(plan, FallbackPlan) else tuple(plan)
     mixed = remove_qdq(qmodel, nodes, Precision(precision))
@@ -583,7 +582,7 @@ class FallbackConfig:
     jobs: int = 1
 
     def __post_init__(self) -> None:
-        from quantdbg.sensitivity.analyze import MODES
+        from quantdbg.sensitivity import MODES
 
         if self.mode not in MODES:
             raise ConfigError(f"Unknown sensitivity mode {self.mode!r}; choose one of {', '.join(MODES)}.")
@@ -646,8 +645,8 @@ def auto_fallback(fp_model: ModelSource, qmodel: QuantizedModel, data: DataSourc
         ConfigError: Inconsistent target and metric, or a report for other layers.
         ModelError: The models do not match their records.
     """
-    from quantdbg.evaluation.task import as_task_metric
-    from quantdbg.sensitivity.analyze import VariantEvaluator, analyze_sensitivity
+    from quantdbg.evaluation import as_task_metric
+    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
 
     config = config or FallbackConfig()
     task = as_task_metric("sqnr" if target.kind == "sqnr" else metric)
@@ -680,7 +679,7 @@ def auto_fallback(fp_model: ModelSource, qmodel: QuantizedModel, data: DataSourc
 
 
 def _mixed(qmodel: QuantizedModel, nodes: Iterable[str], precision: Precision) -> QuantizedModel:
-    from quantdbg.qdq.remove import remove_qdq
+    from quantdbg.qdq import remove_qdq
 
     nodes = tuple(nodes)
     return remove_qdq(qmodel, nodes, precision) if nodes else qmodel

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from quantdbg._io import write_json_atomic, write_text_atomic
-from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.calibration import CalibrationResult
 from quantdbg.config import TensorKind
 from quantdbg.errors import ConfigError, DataError
 from quantdbg.qdq.records import QuantizedModel

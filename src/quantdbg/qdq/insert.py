@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from quantdbg.calibration.ranges import CalibrationResult
+from quantdbg.calibration import CalibrationResult
 from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import ModelError, NotCalibratedError, unknown
 from quantdbg.model import (
@@ -19,7 +19,7 @@ from quantdbg.model import (
     to_graph,
     to_model,
 )
-from quantdbg.placement.plan import DEFAULT_QUANT, QdqPlan, QuantTarget, plan_qdq
+from quantdbg.placement import DEFAULT_QUANT, QdqPlan, QuantTarget, plan_qdq
 from quantdbg.qdq.records import WEIGHT_CALIBRATOR, QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
 

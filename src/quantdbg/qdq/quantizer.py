@@ -5,12 +5,12 @@ stay public for notebooks that want to look between steps.
 """
 from __future__ import annotations
 
-from quantdbg.calibration.ranges import calibrate
+from quantdbg.calibration import calibrate
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE  # still importable from here
 from quantdbg.data import DataSource, as_model_data
 from quantdbg.model import ModelSource, as_loaded
-from quantdbg.placement.plan import plan_qdq
+from quantdbg.placement import plan_qdq
 from quantdbg.qdq.insert import insert_qdq
 from quantdbg.qdq.records import QuantizedModel
 

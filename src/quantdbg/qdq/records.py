@@ -19,7 +19,7 @@ from quantdbg.quant_math import QMAX
 if TYPE_CHECKING:
     import os
 
-    from quantdbg.calibration.ranges import CalibrationResult
+    from quantdbg.calibration import CalibrationResult
 
 WEIGHT_CALIBRATOR = "absmax"
 EXTERNAL_CALIBRATOR = "external"

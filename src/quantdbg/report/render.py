@@ -27,7 +27,7 @@ from typing import Any, Literal, get_args
 from quantdbg._io import write_text_atomic
 from quantdbg._optional import is_available, load
 from quantdbg._version import __version__
-from quantdbg.diagnostics.checks import Evidence
+from quantdbg.diagnostics import Evidence
 from quantdbg.errors import ConfigError
 from quantdbg.report import sections as rs
 
@@ -260,7 +260,7 @@ _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 
 def _cell_html(value: Any) -> str:
-    from quantdbg.diagnostics.doctor import format_cell
+    from quantdbg.diagnostics import format_cell
 
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
     text = html.escape(format_cell(value))
@@ -366,7 +366,7 @@ def repr_html(result: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 def _md_cell(value: Any) -> str:
-    from quantdbg.diagnostics.doctor import format_cell
+    from quantdbg.diagnostics import format_cell
 
     return format_cell(value).replace("|", "\\|").replace("\n", " ")
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from quantdbg.config import TensorKind
-from quantdbg.diagnostics.checks import Cell
+from quantdbg.diagnostics import Cell
 
 if TYPE_CHECKING:
-    from quantdbg.calibration.ranges import CalibrationResult
-    from quantdbg.diagnostics.doctor import DoctorReport
-    from quantdbg.diagnostics.linter import LintReport
-    from quantdbg.fallback.search import FallbackPlan
-    from quantdbg.sensitivity.analyze import SensitivityReport
+    from quantdbg.calibration import CalibrationResult
+    from quantdbg.diagnostics import DoctorReport, LintReport
+    from quantdbg.fallback import FallbackPlan
+    from quantdbg.sensitivity import SensitivityReport
 
 MAX_ROWS = 200
 """Rows shown per table; the JSON and the DataFrame keep every row."""
@@ -115,7 +114,7 @@ def _clipped(stats: Any, amax: float) -> float | None:
 
 def calibration_sections(result: CalibrationResult) -> list[Section]:
     """Ranges table, and every calibrator's clip drawn on the histograms where they disagree most."""
-    from quantdbg.diagnostics.checks import compare_calibrators
+    from quantdbg.diagnostics import compare_calibrators
 
     method = getattr(result.config.method, "__class__", type(None)).__name__
     method = result.config.method if isinstance(result.config.method, str) else method

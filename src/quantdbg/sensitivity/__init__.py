@@ -2,11 +2,15 @@
 from quantdbg.sensitivity.analyze import (
     MODES,
     LayerSensitivity,
+    Mode,
     SensitivityReport,
     VariantEvaluator,
+    VariantResult,
     analyze_sensitivity,
+    default_runner_factory,
     suggest_calibrators,
 )
+from quantdbg.sensitivity.evidence import LayerEvidence
 
-__all__ = ["MODES", "LayerSensitivity", "SensitivityReport", "VariantEvaluator", "analyze_sensitivity",
-           "suggest_calibrators"]
+__all__ = ["MODES", "LayerEvidence", "LayerSensitivity", "Mode", "SensitivityReport", "VariantEvaluator",
+           "VariantResult", "analyze_sensitivity", "default_runner_factory", "suggest_calibrators"]

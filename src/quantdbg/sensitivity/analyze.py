@@ -36,23 +36,26 @@ import onnx
 
 from quantdbg._io import write_json_atomic
 from quantdbg._progress import track
-from quantdbg.backends.base import Runner, RunnerFactory
+from quantdbg.backends import Runner, RunnerFactory
 from quantdbg.config import Precision, TensorKind
 from quantdbg.data import DEFAULT_BATCH_SIZE, CalibrationData, DataSource, as_data
 from quantdbg.errors import ConfigError, ModelError, QuantDbgError
-from quantdbg.evaluation.metrics import (
+from quantdbg.evaluation import (
     Comparison,
     MetricAccumulator,
     MetricName,
+    OutputMetric,
     OutputMetrics,
+    TaskMetric,
+    as_task_metric,
+    concat_batches,
     float_from_json,
     float_to_json,
     json_float,
     metrics_from_sums,
 )
-from quantdbg.evaluation.task import OutputMetric, TaskMetric, as_task_metric, concat_batches
 from quantdbg.model import ModelSource, as_loaded, input_specs
-from quantdbg.qdq.records import QuantizedModel
+from quantdbg.qdq import QuantizedModel
 from quantdbg.quant_math import NSR_CAP, nsr
 from quantdbg.sensitivity import evidence as _evidence
 from quantdbg.sensitivity import graphs as _analysis
@@ -362,7 +365,7 @@ class VariantResult:
 
 def default_runner_factory(threads: int = 0) -> RunnerFactory:
     """ONNX Runtime on the CPU with ``threads`` intra-op threads (0: all cores)."""
-    from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 
     return OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=threads))
 
@@ -495,7 +498,7 @@ class VariantEvaluator:
     def variant_model(self, quantized: Collection[str],
                       precision: Precision = Precision.FP32) -> onnx.ModelProto:
         """The Q/DQ model with only ``quantized`` layers in INT8, the others in ``precision``."""
-        from quantdbg.qdq.remove import remove_qdq
+        from quantdbg.qdq import remove_qdq
 
         off = [layer for layer in self.layers if layer not in set(quantized)]
         return remove_qdq(self.qmodel, off, precision).model if off else self.qmodel.model
@@ -905,7 +908,7 @@ def _evidence_stats(evaluator: VariantEvaluator) -> dict[str, Any]:
     stats = dict(calibration.stats) if calibration is not None else {}
     missing = [t for t in tensors if t not in stats or stats[t].hist is None]
     if missing:
-        from quantdbg.calibration.stats import collect_stats
+        from quantdbg.calibration import collect_stats
 
         evaluator.n_passes += 1
         stats.update(collect_stats(evaluator.fp_model, evaluator.data, missing, histogram=True,

@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg.calibration.calibrators.base import calibrator_amaxes
-from quantdbg.calibration.stats import TensorStats
+from quantdbg.calibration import TensorStats, calibrator_amaxes
 from quantdbg.config import TensorKind
 from quantdbg.errors import QuantDbgWarning
-from quantdbg.evaluation.metrics import float_from_json, float_to_json
-from quantdbg.qdq.records import QdqRecord, QuantizedModel
+from quantdbg.evaluation import float_from_json, float_to_json
+from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, fake_quant
 from quantdbg.sensitivity.graphs import LocalVariant, fp32_weight, local_graph
 
@@ -122,7 +121,7 @@ def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto
 
 def outlier_ratio(stats: TensorStats) -> float | None:
     """max|x| / the 99.99th percentile of |x| (from the histogram); None without a histogram."""
-    from quantdbg.calibration.calibrators import PercentileConfig, get_calibrator
+    from quantdbg.calibration import PercentileConfig, get_calibrator
 
     if stats.hist is None or stats.absmax == 0.0:
         return None

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
 from quantdbg.model import UniqueNames
-from quantdbg.qdq.records import QdqRecord, QuantizedModel
+from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
 
 ENABLE_PREFIX = "quantdbg_enable/"
