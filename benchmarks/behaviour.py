@@ -10,8 +10,8 @@ on the code before and after a restructuring):
   the fallback plan of an SQNR target and the mixed model's SHA-256, and the lint report;
 * on the embedded model: the doctor report.
 
-Wall times (every ``seconds`` field) are dropped and scratch paths replaced by ``<work>``; nothing
-else is touched. Two runs are then compared byte for byte::
+Wall times (every ``seconds`` field) are dropped, scratch paths replaced by ``<work>`` and the
+checkout's own path by ``<repo>``; nothing else is touched. Two runs are then compared byte for byte::
 
     python benchmarks/behaviour.py --out /tmp/before.json          # on the old commit
     python benchmarks/behaviour.py --out /tmp/after.json           # on the new one
@@ -42,14 +42,17 @@ MIN_SQNR = {"embedded_digits": 40.0, "digits_cnn": 40.0, "minilm_l6_v2_text": 30
 ISOLATED = {"embedded_digits", "digits_cnn"}
 
 
+REPO = str(Path(__file__).resolve().parents[1])
+
+
 def _canonical(value: Any, work: str) -> Any:
-    """JSON data with wall times dropped and scratch paths made neutral."""
+    """JSON data with wall times dropped and scratch and checkout paths made neutral."""
     if isinstance(value, dict):
         return {k: _canonical(v, work) for k, v in value.items() if k != "seconds"}
     if isinstance(value, (list, tuple)):
         return [_canonical(v, work) for v in value]
     if isinstance(value, str):
-        return value.replace(work, "<work>")
+        return value.replace(work, "<work>").replace(REPO, "<repo>")
     return value
 
 
