@@ -99,8 +99,9 @@ class TensorStats(_json.Serializable):
         """
         if self.hist is None or self.hist_range is None:
             raise NotCalibratedError(
-                f"Tensor {self.name!r} has no histogram; collect its statistics with CollectConfig(histogram=True) "
-                "(calibrate() does so for every tensor whose calibrator needs one).")
+                f"Tensor {self.name!r} has no histogram; collect its statistics with "
+                "CollectConfig(histogram=True) (calibrate() does so for every tensor whose calibrator "
+                "needs one).")
         nonzero = np.flatnonzero(self.hist)
         used = int(nonzero[-1]) + 1 if nonzero.size else 1
         group = -(-used // num_bins)
