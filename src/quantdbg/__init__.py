@@ -26,7 +26,7 @@ _EXPORTS = {
     "ArrayData": "quantdbg.data", "load_npz": "quantdbg.data",
     # calibration
     "calibrate": "quantdbg.calibration.ranges", "CalibrationResult": "quantdbg.calibration.ranges",
-    "collect_stats": "quantdbg.calibration.stats", "TensorStats": "quantdbg.calibration.stats",
+    "collect_stats": "quantdbg.calibration.collect", "TensorStats": "quantdbg.calibration.stats",
     "TensorRange": "quantdbg.calibration.calibrators.base",
     "register_calibrator": "quantdbg.calibration.calibrators.base",
     "get_calibrator": "quantdbg.calibration.calibrators.base",

@@ -1,7 +1,10 @@
-"""Frozen configuration dataclasses, validated on construction.
+"""Frozen configuration dataclasses, validated on construction, read and written as JSON.
 
 Calibrator choice is typed: a registered calibrator name (``"entropy"``) or an instance of that
 calibrator's own config dataclass (``PercentileConfig(99.9)``), never an untyped option dict.
+In JSON a choice is ``{"calibrator": name, "config": {...} | null}``; turning one into the other
+needs the calibrator registry, which sits above this module, so the registry installs the
+:class:`SpecCodec` (:func:`register_spec_codec`) when it is imported.
 """
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
+from quantdbg import _json
 from quantdbg.errors import ConfigError
 
 CalibratorSpec = str | Any
@@ -40,7 +44,73 @@ def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True)
-class CalibConfig:
+class CalibratorChoice(_json.Serializable):
+    """A calibrator spec as JSON holds it.
+
+    Attributes:
+        calibrator: The registered calibrator name.
+        config: The fields of its config instance, or None for a spec given by name (the
+            calibrator's default configuration).
+    """
+
+    calibrator: str
+    config: Mapping[str, Any] | None = None
+
+
+class SpecCodec(Protocol):
+    """Turns calibrator specs into :class:`CalibratorChoice` and back (the calibrator registry does)."""
+
+    def choice(self, spec: CalibratorSpec) -> CalibratorChoice:
+        """The JSON form of ``spec``; ConfigError when it names no registered calibrator."""
+        ...
+
+    def spec(self, choice: CalibratorChoice, where: str) -> CalibratorSpec:
+        """The spec ``choice`` describes; FormatError naming ``where`` when it cannot be rebuilt."""
+        ...
+
+
+class _NamesOnly:
+    """The codec before the registry is imported: names pass as they are (the constructor does not
+    check them either); a config instance needs the registry that knows its class."""
+
+    def choice(self, spec: CalibratorSpec) -> CalibratorChoice:
+        if not isinstance(spec, str):
+            raise ConfigError(f"{type(spec).__name__} is not the config of any registered calibrator; "
+                              "register it with @register_calibrator(name, config=...).")
+        return CalibratorChoice(spec)
+
+    def spec(self, choice: CalibratorChoice, where: str) -> CalibratorSpec:
+        if choice.config is not None:
+            raise _json.fail(where, "a calibrator name (import quantdbg.calibration to read the config "
+                             f"of {choice.calibrator!r})", dict(choice.config))
+        return choice.calibrator
+
+
+_SPEC_CODEC: list[SpecCodec] = [_NamesOnly()]
+
+
+def register_spec_codec(codec: SpecCodec) -> None:
+    """Installs the codec of calibrator specs; the calibrator registry calls this when imported."""
+    _SPEC_CODEC[:] = [codec]
+
+
+def _spec_codec() -> SpecCodec:
+    return _SPEC_CODEC[0]
+
+
+@dataclass(frozen=True)
+class _CalibConfigForm:
+    """How :class:`CalibConfig` is written: per-op and per-tensor choices as ordered pairs."""
+
+    method: CalibratorChoice
+    per_op: tuple[tuple[str, CalibratorChoice], ...]
+    per_tensor: tuple[tuple[str, CalibratorChoice], ...]
+    num_bins: int
+    max_batches: int | None
+
+
+@dataclass(frozen=True)
+class CalibConfig(_json.Serializable):
     """How activation ranges are computed.
 
     Attributes:
@@ -78,9 +148,30 @@ class CalibConfig:
                 return self.per_op[op]
         return self.method
 
+    def __json_encode__(self) -> Any:
+        """JSON form: each calibrator spec as a :class:`CalibratorChoice`, per-op/per-tensor as pairs."""
+        codec = _spec_codec()
+        return _json.encode(_CalibConfigForm(
+            codec.choice(self.method), tuple((op, codec.choice(s)) for op, s in self.per_op.items()),
+            tuple((glob, codec.choice(s)) for glob, s in self.per_tensor.items()), self.num_bins,
+            self.max_batches))
+
+    @classmethod
+    def __json_decode__(cls, data: Any, where: str) -> CalibConfig:
+        """Inverse of :meth:`__json_encode__` (FormatError naming the field for bad data)."""
+        form = _json.decode(_CalibConfigForm, data, where)
+        codec = _spec_codec()
+        at = f"{where}." if where else ""
+        per_op = {op: codec.spec(c, f"{at}per_op[{i}][1]") for i, (op, c) in enumerate(form.per_op)}
+        per_tensor = {glob: codec.spec(c, f"{at}per_tensor[{i}][1]")
+                      for i, (glob, c) in enumerate(form.per_tensor)}
+        return _json.construct(cls, {"method": codec.spec(form.method, f"{at}method"), "per_op": per_op,
+                                     "per_tensor": per_tensor, "num_bins": form.num_bins,
+                                     "max_batches": form.max_batches}, where)
+
 
 @dataclass(frozen=True)
-class QuantConfig:
+class QuantConfig(_json.Serializable):
     """Where Q/DQ pairs go (TensorRT explicit-quantization placement).
 
     Attributes:

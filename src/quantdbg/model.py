@@ -6,19 +6,20 @@ caller's model is never modified: a ModelProto argument is copied, a file is onl
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper, shape_inference, version_converter
+from onnx import external_data_helper, helper, shape_inference, version_converter
 
-from quantdbg._io import publish
-from quantdbg.errors import ModelError
+from quantdbg._io import write_bytes_atomic
+from quantdbg.errors import ModelError, unknown
 
 MIN_OPSET = 13
 """Per-channel DequantizeLinear (``axis``) needs opset 13."""
@@ -253,12 +254,43 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     Layers are identified by node name throughout quantdbg, so a model with unnamed or
     duplicate-named nodes gets deterministic names first.
     """
-    seen: set[str] = set()
-    for i, node in enumerate(model.graph.node):
-        if not node.name or node.name in seen:
-            node.name = f"{node.op_type}_{i}"
-        seen.add(node.name)
+    nodes = model.graph.node
+    for node, name in zip(nodes, node_names((n.name, n.op_type) for n in nodes), strict=True):
+        node.name = name
     return model
+
+
+def node_names(nodes: Iterable[tuple[str, str]]) -> list[str]:
+    """The names :func:`name_nodes` gives ``(name, op_type)`` pairs in graph order.
+
+    A node keeps its name unless it has none or repeats an earlier node's; then it is named
+    ``<op_type>_<index>``.
+    """
+    seen: set[str] = set()
+    names = []
+    for i, (name, op) in enumerate(nodes):
+        if not name or name in seen:
+            name = f"{op}_{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def check_node_globs(owner: str, patterns: Iterable[str], names: Sequence[str]) -> None:
+    """Checks that every node-name glob matches a node, so a typo is not silently ignored.
+
+    Args:
+        owner: The setting the globs come from, e.g. ``"QuantConfig.exclude"``.
+        patterns: Node names or ``fnmatch`` globs.
+        names: The model's node names.
+
+    Raises:
+        ModelError: A glob matches no node (close names are suggested).
+    """
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+            err = unknown("node", pattern, names)
+            raise ModelError(f"{owner} entry {pattern!r} matches no node. {err}")
 
 
 class UniqueNames:
@@ -345,17 +377,12 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> Path:
     dest = Path(path)
     if not dest.parent.is_dir():
         raise ModelError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    try:
-        if fits_in_protobuf(model):
-            onnx.save(model, tmp)
-        else:
-            copy = onnx.ModelProto()
-            copy.CopyFrom(model)  # onnx.save rewrites the initializers it externalises
-            onnx.save(copy, tmp, save_as_external_data=True, location=dest.name + ".data")
-        publish(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return dest
+    if fits_in_protobuf(model):
+        return write_bytes_atomic(dest, model.SerializeToString())
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # externalising rewrites the initializers
+    # What onnx.save does with save_as_external_data: the weights go to <name>.data first, then the
+    # graph that points at them is written (atomically, so a reader never sees it without them).
+    external_data_helper.convert_model_to_external_data(copy, location=dest.name + ".data")
+    external_data_helper.write_external_data_tensors(copy, str(dest.parent))
+    return write_bytes_atomic(dest, copy.SerializeToString())

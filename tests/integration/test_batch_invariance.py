@@ -12,6 +12,7 @@ import pytest
 from quantdbg.calibration import calibrate
 from quantdbg.config import CalibConfig
 from quantdbg.data import ArrayData, load_npz
+from quantdbg.demo import load_embedded
 from quantdbg.model import input_specs
 
 METHODS = ("minmax", "entropy", "percentile", "mse")
@@ -24,11 +25,7 @@ def _opts() -> ort.SessionOptions:
 
 
 def _embedded() -> tuple[Path, dict[str, np.ndarray]]:
-    demo = pytest.importorskip("quantdbg.demo")
-    try:
-        embedded = demo.load_embedded()
-    except Exception as err:  # the package data is being regenerated
-        pytest.skip(f"embedded digits model unavailable: {err}")
+    embedded = load_embedded()  # package data: its absence is a broken install, a failure here
     return embedded.model_path, embedded.calib
 
 

@@ -8,7 +8,7 @@ import pytest
 from onnx import numpy_helper
 
 import quantdbg
-from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.errors import DataError, ModelError
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import QuantizedModel, quantize, records_from_model
@@ -26,7 +26,7 @@ def test_minmax_scales_equal_numpy_absmax_over_all_samples(rng):
     qm = quantize(model, {"x": x}, CalibConfig(method="minmax"), batch_size=7)
     expected = {name: float(np.abs(a).max()) / 127 for name, a in mlp_activations(model, x).items()}
     for record in qm.records:
-        if record.kind == "activation":
+        if record.kind is TensorKind.ACTIVATION:
             assert record.scale[0] == pytest.approx(expected[record.tensor], rel=1e-6)
             assert record.calibrator == "minmax"
     assert qm.calibration is not None and qm.calibration.n_samples == 40
@@ -90,8 +90,24 @@ def test_bad_batch_size_and_quantized_input(rng):
         quantize(qm.model, x)
 
 
-def test_public_names_are_exported():
-    assert quantdbg.quantize is quantize
-    assert quantdbg.QuantizedModel is QuantizedModel
-    for name in ("plan_qdq", "insert_qdq", "remove_qdq", "records_from_model", "OnnxrtRunner", "OrtConfig"):
-        assert name in quantdbg.__all__ and getattr(quantdbg, name) is not None
+def test_public_names_are_the_packages_own_objects():
+    from quantdbg import calibration, config, placement, qdq
+    from quantdbg.backends import OnnxrtRunner, OrtConfig
+
+    expected = {
+        "quantize": quantize, "QuantizedModel": QuantizedModel, "plan_qdq": plan_qdq,
+        "QdqPlan": placement.QdqPlan,
+        "QuantTarget": placement.QuantTarget, "insert_qdq": qdq.insert_qdq, "remove_qdq": qdq.remove_qdq,
+        "records_from_model": records_from_model, "QdqRecord": qdq.QdqRecord,
+        "write_trt_cache": qdq.write_trt_cache, "read_trt_cache": qdq.read_trt_cache,
+        "write_scales_json": qdq.write_scales_json, "read_scales_json": qdq.read_scales_json,
+        "calibrate": calibration.calibrate, "CalibrationResult": calibration.CalibrationResult,
+        "collect_stats": calibration.collect_stats, "TensorStats": calibration.TensorStats,
+        "TensorRange": calibration.TensorRange, "get_calibrator": calibration.get_calibrator,
+        "register_calibrator": calibration.register_calibrator,
+        "available_calibrators": calibration.available_calibrators,
+        "CalibConfig": config.CalibConfig, "QuantConfig": config.QuantConfig, "Precision": config.Precision,
+        "OnnxrtRunner": OnnxrtRunner, "OrtConfig": OrtConfig,
+    }
+    for name, obj in expected.items():
+        assert name in quantdbg.__all__ and getattr(quantdbg, name) is obj, name

@@ -47,7 +47,10 @@ def test_cache_round_trip(tmp_path):
     assert list(again.scales) == ["images", "block:0/relu_out"]  # file order; ':' in a name survives
     for name, r in result.ranges.items():
         assert again.scales[name] == float(np.float32(r.amax / 127))
-    assert cache.TrtCache.from_dict(json.loads(json.dumps(again.to_dict()))) == again
+    data = json.loads(json.dumps(again.to_dict()))
+    assert data == {"scales": dict(again.scales), "version": 100300, "algorithm": "EntropyCalibration2"}
+    back = cache.TrtCache.from_dict(data)
+    assert back == again and isinstance(back.scales, MappingProxyType)
 
 
 def test_cache_from_qdq_records_uses_inserted_activation_scales(tmp_path):
@@ -57,6 +60,8 @@ def test_cache_from_qdq_records_uses_inserted_activation_scales(tmp_path):
     text = cache.format_trt_cache(qmodel)
     assert text == "TRT-100300-EntropyCalibration2\nx: 3f000000\n"
     assert cache.scales_json(qmodel) == {"x": {"scale": 0.5, "amax": 63.5, "method": "mse"}}
+    (entry,) = cache.scale_entries(qmodel).values()
+    assert cache.ScaleEntry.from_dict(json.loads(json.dumps(entry.to_dict()))) == entry
 
 
 @pytest.mark.parametrize("text, message", [

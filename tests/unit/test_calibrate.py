@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from types import MappingProxyType
 
 import models
 import numpy as np
@@ -13,8 +14,6 @@ from quantdbg.calibration import (
     CalibrationResult,
     EntropyConfig,
     PercentileConfig,
-    calib_config_from_dict,
-    calib_config_to_dict,
     calibrate,
     get_calibrator,
     merge_stats,
@@ -65,12 +64,12 @@ def test_concat_inputs_share_the_range_of_their_merged_values(rng):
     model = models.concat_convs()
     plan = plan_qdq(model)
     assert plan.shared_scale_groups
-    result = calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="entropy"), plan=plan,
+    result = calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="entropy"), plan,
                        session_options=_opts())
     for group in plan.shared_scale_groups:
         merged = get_calibrator("entropy").compute(merge_stats("g", [result.stats[n] for n in group]))
         assert {result.ranges[n].amax for n in group} == {merged.amax}
-        minmax = calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="minmax"), plan=plan,
+        minmax = calibrate(model, _data(rng, (3, 8, 8)), CalibConfig(method="minmax"), plan,
                            session_options=_opts())
         assert {minmax.ranges[n].amax for n in group} == {max(minmax.stats[n].absmax for n in group)}
 
@@ -82,8 +81,10 @@ def test_result_json_round_trip(rng):
     again = CalibrationResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again == result
     assert list(again.config.per_tensor) == ["r*", "*"]  # glob order decides, so it must survive
-    default = json.loads(json.dumps(calib_config_to_dict(CalibConfig())))
-    assert calib_config_from_dict(default) == CalibConfig()
+    assert isinstance(again.ranges, MappingProxyType) and isinstance(again.stats, MappingProxyType)
+    assert set(result.to_dict()) == {"ranges", "stats", "config", "n_batches", "n_samples"}
+    assert result.to_dict()["ranges"]["r1"] == {"name": "r1", "lo": result.ranges["r1"].lo,
+                                                "hi": result.ranges["r1"].hi, "method": "percentile"}
 
 
 def test_unknown_calibrator_fails_before_reading_data():
@@ -96,8 +97,10 @@ def test_unknown_calibrator_fails_before_reading_data():
 
 
 def test_plan_without_activations_is_refused(rng):
-    with pytest.raises(ConfigError, match="quantizes no activation tensor"):
-        calibrate(models.conv_relu(), _data(rng, (3, 8, 8)), plan=QdqPlan(()))
+    with pytest.raises(ConfigError, match="no activation tensor.*the QuantConfig the plan was made"):
+        calibrate(models.conv_relu(), _data(rng, (3, 8, 8)), CalibConfig(), QdqPlan(()))
+    with pytest.raises(ConfigError, match=r"Check QuantConfig.op_types \('Gemm',\) and exclude \(\)"):
+        calibrate(models.conv_relu(), _data(rng, (3, 8, 8)), CalibConfig(), QuantConfig(op_types=("Gemm",)))
 
 
 def test_nonfinite_and_all_zero_tensors_are_warned(rng):
@@ -107,7 +110,7 @@ def test_nonfinite_and_all_zero_tensors_are_warned(rng):
     x[0, 0, 0, 0] = np.nan
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = calibrate(model, [{"x": x}], CalibConfig(method="entropy"), plan=plan,
+        result = calibrate(model, [{"x": x}], CalibConfig(method="entropy"), plan,
                            session_options=_opts())
     messages = [str(w.message) for w in caught if w.category is QuantDbgWarning]
     assert any(m.startswith("Tensor 'x': 1 NaN/Inf value(s) out of 384") for m in messages)

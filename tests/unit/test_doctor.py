@@ -9,7 +9,14 @@ import models_doctor
 import numpy as np
 import pytest
 
-from quantdbg.calibration import CalibrationResult, Collector, TensorRange, collect_stats, get_calibrator
+from quantdbg.calibration import (
+    CalibrationResult,
+    CollectConfig,
+    Collector,
+    TensorRange,
+    collect_stats,
+    get_calibrator,
+)
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.diagnostics.checks import (
     CHECKS,
@@ -161,7 +168,7 @@ def test_collect_chunked_interleaves_samples_and_merges_to_the_full_statistics(r
     feeds = [{"x": x[i:i + 5]} for i in range(0, 21, 5)]  # batches straddle chunk boundaries
     chunked = collect_chunked(model, feeds, ["conv_out"], ["conv_out"], chunks=4, num_bins=128, threads=1)
     assert chunked.sizes == (6, 5, 5, 5)
-    per_chunk = [collect_stats(model, {"x": x[k::4]}, ["conv_out"], histogram=True, num_bins=128)["conv_out"]
+    per_chunk = [collect_stats(model, {"x": x[k::4]}, ["conv_out"], CollectConfig(True, 128))["conv_out"]
                  for k in range(4)]
     for got, want in zip(chunked.chunks, per_chunk, strict=True):
         assert got["conv_out"].count == want.count

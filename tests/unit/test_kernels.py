@@ -112,6 +112,7 @@ def test_scan_falls_back_to_numpy_without_numba(monkeypatch, rng):
     hist, exponent = np.zeros(BINS, np.int64), K.EXPONENT_UNSET
     exponent = K.scan(x, hist, exponent).exponent
     gate._loader.join(timeout=60)
+    assert not gate._loader.is_alive(), "the numba loader did not finish within 60 s"
     K.scan(x, hist, exponent)
     assert gate.kernel is None
     np.testing.assert_array_equal(hist, 2 * _reference(x)[0])
@@ -153,6 +154,7 @@ def test_scan_loads_numba_only_after_enough_data(monkeypatch, rng):
     exponent = K.scan(x, hist, exponent).exponent  # crosses it: the loader starts, NumPy still scans
     assert used == [] and gate._loader is not None
     gate._loader.join(timeout=120)
+    assert not gate._loader.is_alive(), "the numba loader did not finish within 120 s"
     exponent = K.scan(x, hist, exponent).exponent
     assert used == ["numba"]
     np.testing.assert_array_equal(hist, _reference(np.concatenate([x] * 4))[0])

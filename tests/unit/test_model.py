@@ -8,7 +8,15 @@ import pytest
 from onnx import helper
 
 from quantdbg.errors import ModelError
-from quantdbg.model import input_specs, load_model, name_nodes, quantized_nodes, save_model
+from quantdbg.model import (
+    check_node_globs,
+    input_specs,
+    load_model,
+    name_nodes,
+    node_names,
+    quantized_nodes,
+    save_model,
+)
 
 
 def test_load_copies_and_never_modifies_the_argument():
@@ -91,3 +99,31 @@ def test_save_is_atomic_and_leaves_no_temporary_file(tmp_path):
     assert onnx.load(str(path)).SerializeToString() == model.SerializeToString()
     with pytest.raises(ModelError, match="does not exist"):
         save_model(model, tmp_path / "missing" / "out.onnx")
+
+
+def test_node_names_keep_unique_names_and_name_the_rest_by_op_and_index():
+    pairs = [("conv", "Conv"), ("", "Relu"), ("conv", "Conv"), ("Relu_1", "Add"), ("Relu_1", "Mul")]
+    assert node_names(pairs) == ["conv", "Relu_1", "Conv_2", "Add_3", "Mul_4"]
+
+
+def test_check_node_globs_names_the_setting_and_suggests_close_names():
+    check_node_globs("QuantConfig.exclude", ["conv*", "relu"], ["conv1", "conv2", "relu"])
+    with pytest.raises(ModelError) as err:
+        check_node_globs("SmoothingConfig.nodes", ["conv*", "rleu"], ["conv1", "conv2", "relu"])
+    assert str(err.value) == ("SmoothingConfig.nodes entry 'rleu' matches no node. No node named 'rleu' in "
+                              "the model. Did you mean 'relu'?")
+
+
+def test_save_puts_the_weights_of_a_model_past_2_gb_beside_it(tmp_path, monkeypatch):
+    import quantdbg.model as M
+
+    model = models.conv_relu(channels=16)  # a 1.7 kB weight: past onnx's 1 kB threshold for external data
+    monkeypatch.setattr(M, "fits_in_protobuf", lambda m: False)  # as for a model past protobuf's 2 GB
+    path = save_model(model, tmp_path / "big.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
+    stored = onnx.load(str(path), load_external_data=False)
+    assert any(init.data_location == onnx.TensorProto.EXTERNAL for init in stored.graph.initializer)
+    again = onnx.load(str(path))
+    for mine, theirs in zip(model.graph.initializer, again.graph.initializer, strict=True):
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(mine), onnx.numpy_helper.to_array(theirs))
+    assert model.graph.initializer[0].data_location == onnx.TensorProto.DEFAULT  # the caller's is untouched

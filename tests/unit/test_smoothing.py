@@ -1,6 +1,7 @@
 """SmoothQuant-style smoothing: FP32 equivalence against NumPy oracles, the factors, the folds."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -20,8 +21,8 @@ from quantdbg.calibration import (
     smooth,
     smoothing_scales,
 )
-from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.errors import ConfigError, DataError, ModelError, QuantDbgWarning
+from quantdbg.config import CalibConfig, QuantConfig, TensorKind
+from quantdbg.errors import ConfigError, DataError, FormatError, ModelError, QuantDbgWarning
 from quantdbg.qdq import quantize
 
 
@@ -257,6 +258,15 @@ def test_result_json_round_trip(gemm_data):
     assert back.n_batches == 3 and back.n_samples == 12
     assert Migration.from_dict(data["migrations"][0]) == result.migrations[0]
     assert SmoothingConfig.from_dict(result.config.to_dict()) == result.config
+    assert list(data) == ["migrations", "skipped", "config", "n_batches", "n_samples"]  # no model bytes
+    assert data["config"] == {"alpha": 0.8, "op_types": ["MatMul", "Gemm"], "nodes": ["*"], "exclude": ["zt"],
+                              "fold": True, "max_scale": 1e4, "max_batches": None}
+    assert list(data["migrations"][0]) == [f.name for f in dataclasses.fields(Migration)]
+    data["migrations"][1]["placement"] = "upstream"
+    with pytest.raises(FormatError) as err:
+        SmoothingResult.from_dict(data, result.model, "smoothing.json")
+    assert str(err.value).startswith("smoothing.json: not a valid SmoothingResult: field "
+                                     "'migrations[1].placement': expected one of \"layernorm\"")
 
 
 def test_smoothed_model_quantizes_with_every_matmul_input_dequantized(gemm_data):
@@ -268,7 +278,7 @@ def test_smoothed_model_quantizes_with_every_matmul_input_dequantized(gemm_data)
         assert producers[node.input[0]].op_type == "DequantizeLinear", name
     # The activation pair of an explicit-Mul group quantizes the Mul's output.
     mul = result.migration_of("head").folded_into
-    record = next(r for r in qmodel.records_of("head") if r.kind == "activation")
+    record = next(r for r in qmodel.records_of("head") if r.kind is TensorKind.ACTIVATION)
     assert producers[record.tensor].name == mul
     assert record.tensor == result.migration_of("head").smoothed_tensor
 

@@ -1,8 +1,9 @@
 """Calibration: statistics of the FP32 model's activations, and the ranges calibrators choose from them.
 
-Data flows ``stats`` (streaming collectors, exact merge) -> ``calibrators`` (statistics -> range)
--> ``ranges`` (:func:`calibrate`, one pass over the data for the planned tensors). ``smoothing``
-is the SmoothQuant-style rewrite that moves activation outliers into weights before calibration.
+Data flows ``stats`` (streaming collectors, exact merge) -> ``collect`` (one ONNX Runtime pass
+streaming the planned activations into collectors) -> ``calibrators`` (statistics -> range,
+a registry) -> ``ranges`` (:func:`calibrate`). ``smoothing`` is the SmoothQuant-style rewrite
+that moves activation outliers into weights before calibration.
 """
 from quantdbg.calibration.calibrators import (
     Calibrator,
@@ -17,35 +18,36 @@ from quantdbg.calibration.calibrators import (
     register_calibrator,
 )
 from quantdbg.calibration.calibrators.base import calibrator_amaxes
-from quantdbg.calibration.ranges import (
-    CalibrationResult,
-    calib_config_from_dict,
-    calib_config_to_dict,
-    calibrate,
+from quantdbg.calibration.collect import (
+    ActivationStream,
+    CollectConfig,
+    Collected,
+    collect_stats,
+    expose_tensors,
 )
+from quantdbg.calibration.ranges import CalibrationResult, calibrate
 from quantdbg.calibration.smoothing import (
+    ChannelAbsmax,
     Migration,
+    Placement,
+    SkippedNode,
     SmoothingConfig,
     SmoothingResult,
+    SmoothOp,
     apply_smoothing,
     collect_channel_absmax,
     smooth,
     smoothing_scales,
     smoothing_targets,
 )
-from quantdbg.calibration.stats import (
-    Collected,
-    Collector,
-    TensorStats,
-    collect_stats,
-    expose_tensors,
-    merge_stats,
-)
+from quantdbg.calibration.stats import HIST_OVERSAMPLE, BinnedHistogram, Collector, TensorStats, merge_stats
 
 __all__ = [
-    "CalibrationResult", "Calibrator", "Collected", "Collector", "EntropyConfig", "Migration", "MinMaxConfig",
-    "MseConfig", "PercentileConfig", "SmoothingConfig", "SmoothingResult", "TensorRange", "TensorStats",
-    "apply_smoothing", "available_calibrators", "calib_config_from_dict", "calib_config_to_dict", "calibrate",
-    "calibrator_amaxes", "calibrator_name", "collect_channel_absmax", "collect_stats", "expose_tensors",
-    "get_calibrator", "merge_stats", "register_calibrator", "smooth", "smoothing_scales", "smoothing_targets",
+    "HIST_OVERSAMPLE", "ActivationStream", "BinnedHistogram", "CalibrationResult", "Calibrator",
+    "ChannelAbsmax", "CollectConfig", "Collected", "Collector", "EntropyConfig", "Migration", "MinMaxConfig",
+    "MseConfig", "PercentileConfig", "Placement", "SkippedNode", "SmoothOp", "SmoothingConfig",
+    "SmoothingResult", "TensorRange", "TensorStats",
+    "apply_smoothing", "available_calibrators", "calibrate", "calibrator_amaxes", "calibrator_name",
+    "collect_channel_absmax", "collect_stats", "expose_tensors", "get_calibrator", "merge_stats",
+    "register_calibrator", "smooth", "smoothing_scales", "smoothing_targets",
 ]

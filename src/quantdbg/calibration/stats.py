@@ -1,31 +1,22 @@
-"""Activation statistics: expose the tensors to quantize, stream batches into collectors.
+"""Activation statistics: min, max, counts and a |x| histogram per tensor, merged exactly.
 
 Nothing per sample is kept: each batch's activations are reduced to min, max, counts and a |x|
 histogram, then dropped. The histogram's range is a power of two anchored at zero and grows by
-exact bin merging (see :mod:`quantdbg._kernels`), so the statistics of a set of samples are
+exact bin merging (see :mod:`quantdbg.calibration._kernels`), so the statistics of a set of samples are
 bit-identical whatever the batch size or order.
 """
 from __future__ import annotations
 
-import logging
 import math
-import warnings
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from itertools import islice
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import onnx
 
-from quantdbg._progress import track
+from quantdbg import _json
 from quantdbg.calibration import _kernels as _kernels
-from quantdbg.data import DataSource, FeedList, as_data, check_feed, samples_in
-from quantdbg.errors import BackendError, DataError, ModelError, NotCalibratedError, QuantDbgWarning, unknown
-from quantdbg.model import ModelSource, as_loaded, input_specs
-
-logger = logging.getLogger(__name__)
+from quantdbg.errors import DataError, NotCalibratedError
 
 HIST_OVERSAMPLE = 16
 """Collected bins per calibrator bin. max|x| lies anywhere in ``(R/2, R)``, so a histogram of
@@ -52,7 +43,7 @@ class BinnedHistogram:
 
 
 @dataclass(frozen=True, eq=False)
-class TensorStats:
+class TensorStats(_json.Serializable):
     """What calibration saw of one tensor, independent of how the samples were batched.
 
     Attributes:
@@ -108,8 +99,9 @@ class TensorStats:
         """
         if self.hist is None or self.hist_range is None:
             raise NotCalibratedError(
-                f"Tensor {self.name!r} has no histogram; collect its statistics with histogram=True "
-                "(calibrate() does so for every tensor whose calibrator needs one).")
+                f"Tensor {self.name!r} has no histogram; collect its statistics with "
+                "CollectConfig(histogram=True) (calibrate() does so for every tensor whose calibrator "
+                "needs one).")
         nonzero = np.flatnonzero(self.hist)
         used = int(nonzero[-1]) + 1 if nonzero.size else 1
         group = -(-used // num_bins)
@@ -119,28 +111,44 @@ class TensorStats:
         return BinnedHistogram(padded.reshape(n_out, group).sum(axis=1),
                                self.hist_range / self.hist.shape[0] * group)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Returns a JSON-serialisable dict (histogram without its trailing zeros)."""
-        out: dict[str, Any] = {"name": self.name, "min": self.min, "max": self.max, "count": self.count,
-                               "nonfinite": self.nonfinite, "hist": None, "hist_bins": None,
-                               "hist_range": self.hist_range}
+    def __json_encode__(self) -> dict[str, Any]:
+        """JSON form: the histogram without its trailing zeros, and its full length."""
+        hist = hist_bins = None
         if self.hist is not None:
             nonzero = np.flatnonzero(self.hist)
-            used = int(nonzero[-1]) + 1 if nonzero.size else 0
-            out["hist"] = [int(c) for c in self.hist[:used]]
-            out["hist_bins"] = int(self.hist.shape[0])
-        return out
+            hist = self.hist[:int(nonzero[-1]) + 1 if nonzero.size else 0]
+            hist_bins = int(self.hist.shape[0])
+        return _json.encode(_StatsForm(self.name, self.min, self.max, self.count, self.nonfinite, hist,
+                                       hist_bins, self.hist_range))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TensorStats:
-        """Inverse of :meth:`to_dict`."""
+    def __json_decode__(cls, data: Any, where: str) -> TensorStats:
+        """Inverse of :meth:`__json_encode__` (FormatError naming the field for bad data)."""
+        form = _json.decode(_StatsForm, data, where)
         hist = None
-        if data.get("hist") is not None:
-            hist = np.zeros(int(data["hist_bins"]), dtype=np.int64)
-            hist[:len(data["hist"])] = data["hist"]
-        hist_range = data.get("hist_range")
-        return cls(str(data["name"]), float(data["min"]), float(data["max"]), int(data["count"]),
-                   int(data.get("nonfinite", 0)), hist, None if hist_range is None else float(hist_range))
+        if form.hist is not None:
+            if form.hist_bins is None or form.hist_bins < form.hist.shape[0]:
+                raise _json.fail(f"{where}.hist_bins" if where else "hist_bins",
+                                 f"a bin count >= {form.hist.shape[0]} (the stored bins)", form.hist_bins)
+            hist = np.zeros(form.hist_bins, dtype=np.int64)
+            hist[:form.hist.shape[0]] = form.hist
+        values = {"name": form.name, "min": form.min, "max": form.max, "count": form.count,
+                  "nonfinite": form.nonfinite, "hist": hist, "hist_range": form.hist_range}
+        return _json.construct(cls, values, where)
+
+
+@dataclass(frozen=True)
+class _StatsForm:
+    """How :class:`TensorStats` is written: the histogram trimmed of trailing zeros, plus its length."""
+
+    name: str
+    min: float
+    max: float
+    count: int
+    nonfinite: int = 0
+    hist: np.ndarray | None = field(default=None, metadata=_json.json_array(np.int64))
+    hist_bins: int | None = None
+    hist_range: float | None = None
 
 
 class TensorCollector:
@@ -245,217 +253,3 @@ def merge_stats(name: str, stats: Iterable[TensorStats]) -> TensorStats:
         _kernels.merge_bins(grown, exponent - (_kernels.range_exponent(s.hist_range) - 1))  # type: ignore[arg-type]
         total += grown
     return TensorStats(name, lo, hi, count, nonfinite, total, math.ldexp(1.0, exponent))
-
-
-class Collected(Mapping[str, TensorStats]):
-    """What one pass over the data saw: tensor name -> statistics, with the batches and samples consumed.
-
-    Args:
-        stats: Tensor name -> statistics, in the order asked for.
-        n_batches: Feeds consumed.
-        n_samples: Samples consumed (axis 0 of the first input, summed).
-    """
-
-    def __init__(self, stats: Mapping[str, TensorStats], n_batches: int, n_samples: int) -> None:
-        self._stats = dict(stats)
-        self.n_batches = n_batches
-        self.n_samples = n_samples
-
-    def __getitem__(self, name: str) -> TensorStats:
-        return self._stats[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._stats)
-
-    def __len__(self) -> int:
-        return len(self._stats)
-
-
-def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str], *,
-                  histogram: bool | Collection[str] = False, num_bins: int = 2048,
-                  max_batches: int | None = None, progress: bool = False,
-                  session_options: Any = None) -> Collected:
-    """Runs ``data`` through ``model`` and streams ``tensors`` into collectors.
-
-    Args:
-        model: Path, ModelProto (never modified; a copy exposes the tensors as outputs) or
-            LoadedModel (not re-checked).
-        data: Calibration data (see :func:`quantdbg.data.as_data`); iterated once, at most
-            ``max_batches`` feeds pulled.
-        tensors: Value names to collect; graph inputs are allowed.
-        histogram: Build |x| histograms for every tensor (True), none, or the tensors named.
-        num_bins: Calibrator resolution of the histograms.
-        max_batches: Stop after this many feeds (None: all).
-        progress: Show a progress bar (tqdm when installed, else log lines).
-        session_options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
-
-    Returns:
-        Tensor name -> statistics, in the order of ``tensors``, with the batches and samples consumed.
-
-    Raises:
-        ModelError: The model is invalid or a tensor name is unknown or names a weight.
-        DataError: A feed does not match the model (the message names the batch), a tensor is
-            not floating point, or there is no data.
-        BackendError: ONNX Runtime failed on a batch.
-    """
-    model = as_loaded(model).proto
-    names = list(dict.fromkeys(tensors))
-    specs = input_specs(model)
-    check_activations(model, names, " (a weight): weight ranges come from the initializer itself, "
-                      "not from calibration. Calibrate activations only.")
-    session = open_session(expose_tensors(model, names), _deterministic(session_options), "calibration")
-    fetch = [n for n in names if n not in specs]
-    collector = Collector(names, histogram, num_bins)
-    feeds = as_data(data, inputs=list(specs))
-    n_batches = n_samples = 0
-    # One worker scans batch b while ONNX Runtime computes batch b+1 (the numba kernel releases
-    # the GIL); waiting for it before queueing the next bounds memory to two batches of outputs.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantdbg-stats") as worker:
-        pending: Future[None] | None = None
-        batches = track(islice(feeds, max_batches), total=_num_batches(feeds, max_batches),
-                        desc="calibration", enabled=progress)
-        for index, feed in enumerate(batches):
-            checked = check_feed(feed, specs, where=f"calibration batch {index}")
-            fetched = dict(zip(fetch, run_batch(session, fetch, checked, index), strict=True))
-            arrays = {n: checked[n] if n in specs else fetched[n] for n in names}
-            if pending is not None:
-                pending.result()
-            pending = worker.submit(_update_all, collector, arrays)
-            n_batches += 1
-            n_samples += samples_in(checked)
-        if pending is not None:
-            pending.result()
-    if n_batches == 0:
-        raise DataError("The calibration data yielded no batches; give at least one feed.")
-    return Collected(collector.result(), n_batches, n_samples)
-
-
-def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray]) -> None:
-    for name, array in arrays.items():
-        collector.update(name, array)
-
-
-def check_activations(model: onnx.ModelProto, names: Iterable[str], weight_hint: str) -> None:
-    """Checks that every name is an activation: a graph input or a node output, not an initializer.
-
-    Args:
-        model: The loaded model.
-        names: Value names.
-        weight_hint: Ends the message for an initializer, after ``Tensor 'w' is an initializer``.
-
-    Raises:
-        ModelError: A name is an initializer, or no value of the model (with close matches).
-    """
-    weights = {init.name for init in model.graph.initializer}
-    known = {vi.name for vi in model.graph.input} | {o for node in model.graph.node for o in node.output}
-    for name in names:
-        if name in weights:
-            raise ModelError(f"Tensor {name!r} is an initializer{weight_hint}")
-        if name not in known:
-            raise unknown("tensor", name, sorted(known - weights))
-
-
-def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
-    """Returns a copy of ``model`` whose graph outputs also include ``names`` (graph inputs skipped).
-
-    Args:
-        model: A loaded model (not modified).
-        names: Value names produced by nodes.
-
-    Returns:
-        The copy.
-    """
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    graph = exposed.graph
-    present = {vi.name for vi in graph.output} | {vi.name for vi in graph.input}
-    typed = {vi.name: vi for vi in graph.value_info}
-    for name in names:
-        if name in present:
-            continue
-        info = onnx.ValueInfoProto()
-        if name in typed:
-            info.CopyFrom(typed[name])
-        else:  # shape inference could not type it; ONNX Runtime accepts an untyped output
-            info.name = name
-        graph.output.append(info)
-        present.add(name)
-    return exposed
-
-
-def _deterministic(options: Any) -> Any:
-    """``options``, or (None) ONNX Runtime defaults with deterministic kernels."""
-    if options is not None:
-        return options
-    import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.stats` cheap
-
-    # Scales must not change from run to run: ask ORT for its deterministic kernels.
-    options = ort.SessionOptions()
-    options.use_deterministic_compute = True
-    return options
-
-
-def open_session(model: onnx.ModelProto, options: Any, purpose: str) -> Any:
-    """An ONNX Runtime CPU session for a model whose tensors were exposed as outputs.
-
-    Args:
-        model: The model, e.g. from :func:`expose_tensors`.
-        options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
-        purpose: What the exposed outputs are for, named in the error (``"calibration"``).
-
-    Returns:
-        The ``onnxruntime.InferenceSession``.
-
-    Raises:
-        BackendError: ONNX Runtime could not load the model.
-    """
-    import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.stats` cheap
-
-    try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                    providers=["CPUExecutionProvider"])
-    except Exception as err:  # ORT raises its own exception types
-        raise BackendError(f"ONNX Runtime could not load the model with {purpose} outputs: {err}") from err
-
-
-def run_batch(session: Any, fetch: list[str], feed: dict[str, np.ndarray], index: int) -> list[np.ndarray]:
-    """Fetches ``fetch`` for calibration batch ``index`` (no run when nothing is fetched).
-
-    Args:
-        session: A session from :func:`open_session`; may be None when ``fetch`` is empty.
-        fetch: Output names to return.
-        feed: A checked feed.
-        index: The batch's position, named in the error.
-
-    Returns:
-        One array per name in ``fetch``.
-
-    Raises:
-        BackendError: ONNX Runtime failed on the batch.
-    """
-    if not fetch:
-        return []
-    try:
-        return session.run(fetch, feed)
-    except Exception as err:  # ORT raises its own exception types
-        raise BackendError(f"ONNX Runtime failed on calibration batch {index}: {err}") from err
-
-
-def _num_batches(data: Any, max_batches: int | None) -> int | None:
-    # ArrayData knows its batch count; len() of ArrayData counts samples, so only trust len()
-    # of plain feed lists.
-    total = getattr(data, "num_batches", None)
-    if total is None and isinstance(data, (FeedList, list, tuple)):
-        total = len(data)
-    if total is not None and max_batches is not None:
-        total = min(total, max_batches)
-    return total
-
-
-def warn_nonfinite(stats: Mapping[str, TensorStats]) -> None:
-    """Warns (QuantDbgWarning) once per tensor that had NaN/Inf values, with their count."""
-    for name, s in stats.items():
-        if s.nonfinite:
-            warnings.warn(f"Tensor {name!r}: {s.nonfinite} NaN/Inf value(s) out of {s.count + s.nonfinite} "
-                          "were left out of its statistics. Check the model and the calibration data.",
-                          QuantDbgWarning, stacklevel=3)

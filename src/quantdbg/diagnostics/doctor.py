@@ -125,22 +125,18 @@ class DoctorConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        from quantdbg.calibration import calib_config_to_dict
-
         data = {k: v for k, v in self.__dict__.items() if k not in ("calib", "quant")}
         data["checks"] = list(self.checks)
-        data["calib"] = calib_config_to_dict(self.calib)
-        data["quant"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.quant.__dict__.items()}
+        data["calib"] = self.calib.to_dict()
+        data["quant"] = self.quant.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DoctorConfig:
         """Inverse of :meth:`to_dict`."""
-        from quantdbg.calibration import calib_config_from_dict
-
         values = dict(data)
-        values["calib"] = calib_config_from_dict(values["calib"])
-        values["quant"] = QuantConfig(**values["quant"])
+        values["calib"] = CalibConfig.from_dict(values["calib"])
+        values["quant"] = QuantConfig.from_dict(values["quant"])
         values["checks"] = tuple(values["checks"])
         return cls(**values)
 
@@ -349,7 +345,7 @@ def _prepare(model: ModelSource, data: DataSource, eval_data: DataSource | None,
     calib = as_data(data, config.batch_size, inputs=inputs)
     evals = calib if eval_data is None else as_data(eval_data, config.batch_size, inputs=inputs)
     plan = plan_qdq(fp_model, config.quant)
-    calibration = calibrate(loaded, calib, config.calib, config.quant, plan=plan, progress=progress)
+    calibration = calibrate(loaded, calib, config.calib, plan, progress=progress)
     qmodel = insert_qdq(loaded, calibration, config.quant, plan=plan)
     n_eval = sum(int(np.shape(next(iter(feed.values())))[0]) for feed in evals)
     return _Context(fp_model, calib, evals, plan, calibration, qmodel, config, metric, progress,
@@ -391,15 +387,15 @@ def _run_weight_zeroing(ctx: _Context) -> CheckOutcome:
 def _run_calibrator_disagreement(ctx: _Context) -> CheckOutcome:
     from dataclasses import replace
 
-    from quantdbg.calibration import collect_stats
+    from quantdbg.calibration import CollectConfig, collect_stats
     from quantdbg.diagnostics.checks import check_calibrator_disagreement
 
     calibration = ctx.calibration
     missing = [t for t, s in calibration.stats.items() if s.hist is None]
     if missing:  # e.g. minmax collected no histogram; every calibrator but minmax needs one
         stats = dict(calibration.stats)
-        stats.update(collect_stats(ctx.fp_model, ctx.calib, missing, histogram=True,
-                                   num_bins=ctx.config.calib.num_bins))
+        stats.update(collect_stats(ctx.fp_model, ctx.calib, missing,
+                                   CollectConfig(histogram=True, num_bins=ctx.config.calib.num_bins)))
         calibration = replace(calibration, stats=stats)
     return check_calibrator_disagreement(calibration, ctx.sensitivity, ctx.config.disagreement_ratio)
 

@@ -14,18 +14,16 @@ The plan is made before calibration, so exactly the planned activations are cali
 """
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from quantdbg import _json
 from quantdbg.config import QuantConfig, TensorKind
-from quantdbg.errors import ModelError, unknown
-from quantdbg.model import to_graph
+from quantdbg.model import check_node_globs, node_names, to_graph
 from quantdbg.quant_math import weight_axis
 
 DEFAULT_QUANT = QuantConfig()
@@ -34,7 +32,7 @@ _WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 
 @dataclass(frozen=True)
-class QuantTarget:
+class QuantTarget(_json.Serializable):
     """One input of one node that will get a Q/DQ pair.
 
     Attributes:
@@ -55,20 +53,11 @@ class QuantTarget:
     axis: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", TensorKind(self.kind))  # also from JSON's plain strings
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the target as JSON-ready data."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QuantTarget:
-        """Rebuilds a target from :meth:`to_dict` output."""
-        return cls(**data)
+        object.__setattr__(self, "kind", TensorKind(self.kind))  # also from plain strings
 
 
 @dataclass(frozen=True)
-class QdqPlan:
+class QdqPlan(_json.Serializable):
     """Where Q/DQ pairs go, decided before calibration so exactly these tensors are calibrated.
 
     Attributes:
@@ -105,18 +94,6 @@ class QdqPlan:
                 return group
         return (tensor,)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the plan as JSON-ready data."""
-        return {"targets": [t.to_dict() for t in self.targets],
-                "shared_scale_groups": [list(g) for g in self.shared_scale_groups]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QdqPlan:
-        """Rebuilds a plan from :meth:`to_dict` output."""
-        return cls(tuple(QuantTarget.from_dict(t) for t in data["targets"]),
-                   tuple(tuple(g) for g in data.get("shared_scale_groups", ())))
-
-
 
 def plan_qdq(model: onnx.ModelProto, config: QuantConfig = DEFAULT_QUANT) -> QdqPlan:
     """Decides which (node, input) pairs get Q/DQ, before any calibration.
@@ -137,7 +114,7 @@ def plan_qdq(model: onnx.ModelProto, config: QuantConfig = DEFAULT_QUANT) -> Qdq
     """
     graph = to_graph(model)
     _name_graph_nodes(graph)
-    _check_excludes(graph, config)
+    check_node_globs("QuantConfig.exclude", config.exclude, [node.name for node in graph.nodes])
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     targets: dict[tuple[str, int], QuantTarget] = {}
     quantized_convs: set[str] = set()
@@ -161,20 +138,9 @@ def plan_qdq(model: onnx.ModelProto, config: QuantConfig = DEFAULT_QUANT) -> Qdq
 
 
 def _name_graph_nodes(graph: gs.Graph) -> None:
-    # Same rule as quantdbg.model.name_nodes, applied to the graph's own copy.
-    seen: set[str] = set()
-    for i, node in enumerate(graph.nodes):
-        if not node.name or node.name in seen:
-            node.name = f"{node.op}_{i}"
-        seen.add(node.name)
-
-
-def _check_excludes(graph: gs.Graph, config: QuantConfig) -> None:
-    names = [node.name for node in graph.nodes]
-    for pattern in config.exclude:
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            err = unknown("node", pattern, names)
-            raise ModelError(f"QuantConfig.exclude entry {pattern!r} matches no node. {err}")
+    names = node_names((node.name, node.op) for node in graph.nodes)
+    for node, name in zip(graph.nodes, names, strict=True):
+        node.name = name
 
 
 def is_float(tensor: gs.Tensor) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from quantdbg import _json
 from quantdbg._io import write_json_atomic, write_text_atomic
 from quantdbg.calibration import CalibrationResult
 from quantdbg.config import TensorKind
@@ -39,7 +40,7 @@ _HEX = re.compile(r"^[0-9a-fA-F]{8}$")
 
 
 @dataclass(frozen=True)
-class TrtCache:
+class TrtCache(_json.Serializable):
     """The content of a TensorRT calibration cache.
 
     Attributes:
@@ -52,19 +53,12 @@ class TrtCache:
     version: int = DEFAULT_TRT_VERSION
     algorithm: str = DEFAULT_ALGORITHM
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scales", MappingProxyType(dict(self.scales)))
+
     def amax(self) -> dict[str, float]:
         """Tensor name -> ``scale * 127``."""
         return {name: scale * QMAX for name, scale in self.scales.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns a JSON-serialisable dict."""
-        return {"scales": dict(self.scales), "version": self.version, "algorithm": self.algorithm}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrtCache:
-        """Inverse of :meth:`to_dict`."""
-        return cls(MappingProxyType({str(k): float(v) for k, v in data["scales"].items()}),
-                   int(data["version"]), str(data["algorithm"]))
 
 
 def scale_to_hex(scale: float) -> str:
@@ -78,7 +72,7 @@ def hex_to_scale(digits: str) -> float:
 
 
 @dataclass(frozen=True)
-class ScaleEntry:
+class ScaleEntry(_json.Serializable):
     """One activation tensor's scale.
 
     Attributes:
@@ -216,8 +210,7 @@ def read_trt_cache(path: str | os.PathLike) -> TrtCache:
 
 def scales_json(source: ScaleSource) -> dict[str, dict[str, Any]]:
     """Tensor name -> ``{"scale", "amax", "method"}`` for a JSON scales file."""
-    return {name: {"scale": e.scale, "amax": e.amax, "method": e.method}
-            for name, e in scale_entries(source).items()}
+    return {name: e.to_dict() for name, e in scale_entries(source).items()}
 
 
 def write_scales_json(source: ScaleSource, path: str | os.PathLike) -> Path:

@@ -21,7 +21,7 @@ from quantdbg.model import (
 )
 from quantdbg.placement import DEFAULT_QUANT, QdqPlan, QuantTarget, plan_qdq
 from quantdbg.qdq.records import WEIGHT_CALIBRATOR, QdqRecord, QuantizedModel
-from quantdbg.quant_math import scale_from_amax
+from quantdbg.quant_math import channel_amax, scale_from_amax
 
 
 def insert_qdq(model: ModelSource, calibration: CalibrationResult,
@@ -63,11 +63,10 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
             continue
         node = _planned_node(nodes, target)
         if target.kind is TensorKind.WEIGHT:
-            scale, zero_point, method = _weight_qparams(node.inputs[target.input_index], target)
+            scale, method = _weight_scale(node.inputs[target.input_index], target), WEIGHT_CALIBRATOR
         else:
             scale, method = scales[target.tensor]
-            zero_point = np.zeros((), np.int8)
-        records.append(_insert_pair(graph, node, target, scale, zero_point, method, names))
+        records.append(_insert_pair(graph, node, target, scale, method, names))
     qmodel = to_model(graph, like=fp_model)
     _checked(qmodel)
     return QuantizedModel(qmodel, tuple(records), calibration)
@@ -95,7 +94,7 @@ def _activation_scales(plan: QdqPlan, calibration: CalibrationResult,
                     f"Activation tensor {member!r} (input of node {node!r}"
                     f"{'' if member == tensor else f', sharing one scale with {tensor!r}'}) has no "
                     "calibrated range. Calibrate with the same QdqPlan/QuantConfig used here "
-                    "(quantdbg.calibrate(..., plan=plan)), or leave the node out with keep_fp.")
+                    "(quantdbg.calibrate(model, data, config, plan)), or leave the node out with keep_fp.")
             if rng.amax > best_amax:
                 best_amax, best_method = rng.amax, rng.method
         scales[tensor] = (scale_from_amax(np.float64(best_amax)), best_method)
@@ -114,7 +113,7 @@ def _planned_node(nodes: Mapping[str, gs.Node], target: QuantTarget) -> gs.Node:
     return node
 
 
-def _weight_qparams(weight: gs.Tensor, target: QuantTarget) -> tuple[np.ndarray, np.ndarray, str]:
+def _weight_scale(weight: gs.Tensor, target: QuantTarget) -> np.ndarray:
     if not isinstance(weight, gs.Constant):
         raise ModelError(f"Weight input {target.input_index} ({target.tensor!r}) of node {target.node!r} "
                          "is not an initializer; re-plan with plan_qdq() on this model.")
@@ -122,17 +121,14 @@ def _weight_qparams(weight: gs.Tensor, target: QuantTarget) -> tuple[np.ndarray,
     if not np.all(np.isfinite(values)):
         raise ModelError(f"Weight {target.tensor!r} of node {target.node!r} holds NaN or Inf values; "
                          "fix the model's weights before quantizing.")
-    absval = np.abs(values)
-    if target.axis is None:
-        amax = np.asarray(absval.max() if absval.size else 0.0)
-    else:
-        amax = absval.max(axis=tuple(a for a in range(values.ndim) if a != target.axis))
-    scale = scale_from_amax(amax)
-    return scale, np.zeros(scale.shape, np.int8), WEIGHT_CALIBRATOR
+    amax = channel_amax(values, target.axis)
+    return scale_from_amax(amax if target.axis is None else amax.reshape(-1))
 
 
-def _insert_pair(graph: gs.Graph, node: gs.Node, target: QuantTarget, scale: np.ndarray,
-                 zero_point: np.ndarray, method: str, names: UniqueNames) -> QdqRecord:
+def _insert_pair(graph: gs.Graph, node: gs.Node, target: QuantTarget, scale: np.ndarray, method: str,
+                 names: UniqueNames) -> QdqRecord:
+    """One symmetric pair (zero points 0, one per scale) on the target input; its record."""
+    zero_point = np.zeros(np.shape(scale), np.int8)
     source = node.inputs[target.input_index]
     base = f"{node.name}/input{target.input_index}"
     attrs = {} if target.axis is None else {"axis": target.axis}

@@ -47,6 +47,6 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
     fp_model = as_loaded(model)
     feeds = as_model_data(data, fp_model.proto, batch_size)
     plan = plan_qdq(fp_model.proto, quant)
-    result = calibrate(fp_model, feeds, calib, quant, plan=plan, progress=progress)
+    result = calibrate(fp_model, feeds, calib, plan, progress=progress)
     return insert_qdq(fp_model, result, quant, plan=plan)
 

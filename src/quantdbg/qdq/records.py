@@ -5,13 +5,13 @@ never changes another node; later stages never parse names to recover that link.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from quantdbg import _json
 from quantdbg.config import Precision, TensorKind
 from quantdbg.model import save_model
 from quantdbg.quant_math import QMAX
@@ -27,7 +27,7 @@ EXTERNAL_CALIBRATOR = "external"
 
 
 @dataclass(frozen=True)
-class QdqRecord:
+class QdqRecord(_json.Serializable):
     """Provenance of one inserted Q/DQ pair: later stages never parse names to recover it.
 
     Attributes:
@@ -65,21 +65,6 @@ class QdqRecord:
     def amax(self) -> tuple[float, ...]:
         """The clipping range(s) ``127 * scale`` of a symmetric INT8 pair."""
         return tuple(QMAX * s for s in self.scale)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the record as JSON-ready data."""
-        data = asdict(self)
-        data["scale"] = list(self.scale)
-        data["zero_point"] = list(self.zero_point)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QdqRecord:
-        """Rebuilds a record from :meth:`to_dict` output."""
-        values = dict(data)
-        values["scale"] = tuple(float(s) for s in values["scale"])
-        values["zero_point"] = tuple(int(z) for z in values.get("zero_point", ()))
-        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -126,16 +111,26 @@ class QuantizedModel:
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the provenance (records and fallback, not the model bytes) as JSON-ready data."""
-        precision = None if self.fallback_precision is None else self.fallback_precision.value
-        return {"records": [r.to_dict() for r in self.records], "fallback": list(self.fallback),
-                "fallback_precision": precision}
+        return _Provenance(self.records, self.fallback, self.fallback_precision).to_dict()
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], model: onnx.ModelProto) -> QuantizedModel:
-        """Rebuilds a QuantizedModel from :meth:`to_dict` output and the model it describes."""
-        precision = data.get("fallback_precision")
-        return cls(model, tuple(QdqRecord.from_dict(r) for r in data["records"]),
-                   fallback=tuple(data.get("fallback", ())),
-                   fallback_precision=None if precision is None else Precision(precision))
+    def from_dict(cls, data: Any, model: onnx.ModelProto, source: str = "<data>") -> QuantizedModel:
+        """Rebuilds a QuantizedModel from :meth:`to_dict` output and the model it describes.
+
+        Raises:
+            FormatError: ``data`` is not what :meth:`to_dict` writes (``source`` and the field named).
+        """
+        found = _Provenance.from_dict(data, source)
+        return cls(model, found.records, fallback=found.fallback, fallback_precision=found.fallback_precision)
 
 
+@dataclass(frozen=True)
+class _Provenance(_json.Serializable):
+    """What JSON holds of a :class:`QuantizedModel`: everything but the model and its calibration."""
+
+    records: tuple[QdqRecord, ...]
+    fallback: tuple[str, ...] = ()
+    fallback_precision: Precision | None = None
+
+
+_Provenance.__name__ = "QuantizedModel"  # what its FormatErrors call it: the JSON form of one

@@ -908,11 +908,11 @@ def _evidence_stats(evaluator: VariantEvaluator) -> dict[str, Any]:
     stats = dict(calibration.stats) if calibration is not None else {}
     missing = [t for t in tensors if t not in stats or stats[t].hist is None]
     if missing:
-        from quantdbg.calibration import collect_stats
+        from quantdbg.calibration import CollectConfig, collect_stats
 
         evaluator.n_passes += 1
-        stats.update(collect_stats(evaluator.fp_model, evaluator.data, missing, histogram=True,
-                                   max_batches=EVIDENCE_BATCHES))
+        stats.update(collect_stats(evaluator.fp_model, evaluator.data, missing,
+                                   CollectConfig(histogram=True, max_batches=EVIDENCE_BATCHES)))
     return {t: stats[t] for t in tensors if t in stats}
 
 

@@ -22,14 +22,16 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
+from quantdbg import _json
 from quantdbg.calibration.stats import HIST_OVERSAMPLE, BinnedHistogram, TensorStats
-from quantdbg.errors import ConfigError, NotCalibratedError, QuantDbgWarning
+from quantdbg.config import CalibratorChoice, CalibratorSpec, register_spec_codec
+from quantdbg.errors import ConfigError, FormatError, NotCalibratedError, QuantDbgWarning
 from quantdbg.quant_math import scale_from_amax
 
 logger = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ ZERO_TENSOR_AMAX = 1.0
 
 
 @dataclass(frozen=True)
-class TensorRange:
+class TensorRange(_json.Serializable):
     """The clipping range chosen for one tensor.
 
     Attributes:
@@ -67,29 +69,24 @@ class TensorRange:
         """Symmetric INT8 scale ``amax / 127``, rounded to float32 as stored in Q/DQ nodes."""
         return float(scale_from_amax(self.amax))
 
-    def to_dict(self) -> dict[str, Any]:
-        """Returns a JSON-serialisable dict."""
-        return {"name": self.name, "lo": self.lo, "hi": self.hi, "method": self.method}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TensorRange:
-        """Inverse of :meth:`to_dict`."""
-        return cls(str(data["name"]), float(data["lo"]), float(data["hi"]), str(data["method"]))
-
 
 @dataclass(frozen=True, eq=False)
-class QParams:
+class QParams(_json.Serializable):
     """Quantization parameters of one tensor.
 
     Attributes:
-        scale: float32 scale, shape () per tensor or (C,) per channel.
-        zero_point: int8 zero point (0 for symmetric), same shape as ``scale``.
+        scale: float32 scale, shape () per tensor or (C,) per channel (converted on construction).
+        zero_point: int8 zero point (0 for symmetric), same shape as ``scale`` (converted too).
         axis: Channel axis for per-channel parameters, None per tensor.
     """
 
-    scale: np.ndarray
-    zero_point: np.ndarray
+    scale: np.ndarray = field(metadata=_json.json_array(np.float32))
+    zero_point: np.ndarray = field(metadata=_json.json_array(np.int8))
     axis: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scale", np.asarray(self.scale, np.float32))
+        object.__setattr__(self, "zero_point", np.asarray(self.zero_point, np.int8))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, QParams):
@@ -98,17 +95,6 @@ class QParams:
                 and np.array_equal(self.zero_point, other.zero_point))
 
     __hash__ = None  # type: ignore[assignment]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns a JSON-serialisable dict (scales as exact float32 values)."""
-        return {"scale": np.asarray(self.scale, np.float32).tolist(),
-                "zero_point": np.asarray(self.zero_point, np.int8).tolist(), "axis": self.axis}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QParams:
-        """Inverse of :meth:`to_dict`."""
-        return cls(np.asarray(data["scale"], np.float32), np.asarray(data["zero_point"], np.int8),
-                   None if data.get("axis") is None else int(data["axis"]))
 
 
 @runtime_checkable
@@ -317,26 +303,40 @@ def calibrator_amaxes(stats: TensorStats, names: Sequence[str] | None = None) ->
     return found
 
 
-def spec_to_dict(spec: Any) -> dict[str, Any]:
-    """JSON form of a calibrator spec: ``{"calibrator": name, "config": {...} | None}``."""
-    name = calibrator_name(spec)
-    return {"calibrator": name, "config": None if isinstance(spec, str) else dataclasses.asdict(spec)}
+class RegistrySpecCodec:
+    """Calibrator specs <-> :class:`~quantdbg.config.CalibratorChoice`, through this registry.
 
-
-def spec_from_dict(data: dict[str, Any]) -> Any:
-    """Inverse of :func:`spec_to_dict`.
-
-    Raises:
-        ConfigError: The calibrator is not registered or its config fields do not match.
+    Installed as the codec of :class:`~quantdbg.config.CalibConfig`'s JSON form when this module
+    is imported. A config instance is written with the codec's encoding of its fields and read
+    back by its registered config class.
     """
-    entry = _entry_for(str(data["calibrator"]))
-    if data.get("config") is None:
-        return entry.name
-    try:
-        return entry.config(**data["config"])
-    except TypeError as err:
-        raise ConfigError(f"Config of calibrator {entry.name!r} does not match {entry.config.__name__}: "
-                          f"{err}") from err
+
+    def choice(self, spec: CalibratorSpec) -> CalibratorChoice:
+        """The JSON form of ``spec``.
+
+        Raises:
+            ConfigError: The spec is not a registered name or a registered config instance.
+        """
+        name = calibrator_name(spec)
+        return CalibratorChoice(name, None if isinstance(spec, str) else _json.encode(spec))
+
+    def spec(self, choice: CalibratorChoice, where: str) -> CalibratorSpec:
+        """The spec ``choice`` describes: the name, or an instance of its config class.
+
+        Raises:
+            FormatError: The calibrator is not registered or its config fields do not match
+                its config class (the message names ``where``).
+        """
+        try:
+            entry = _entry_for(choice.calibrator)
+        except ConfigError as err:
+            raise FormatError(f"field {where!r}: {err}") from None
+        if choice.config is None:
+            return entry.name
+        return _json.decode(entry.config, dict(choice.config), f"{where}.config")
+
+
+register_spec_codec(RegistrySpecCodec())
 
 
 class HistogramCalibrator(Calibrator):

@@ -1,0 +1,314 @@
+"""Activations through ONNX Runtime: expose the tensors to measure, stream batches into collectors.
+
+One streaming pass per call: each batch's activations are handed on (to the statistics
+collectors here, to the per-channel ranges of smoothing) and dropped, so memory does not grow
+with the number of samples.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import onnx
+
+from quantdbg._progress import track
+from quantdbg.calibration.stats import Collector, TensorStats
+from quantdbg.data import DataSource, FeedList, as_data, check_feed, samples_in
+from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
+from quantdbg.model import ModelSource, as_loaded, input_specs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """What :func:`collect_stats` collects.
+
+    Attributes:
+        histogram: Build |x| histograms for every tensor (True), for none (False), or for the
+            tensors named (any collection of names; stored as a frozenset).
+        num_bins: Calibrator resolution of the histograms (``num_bins * HIST_OVERSAMPLE`` bins
+            are collected).
+        max_batches: Stop after this many feeds (None: all).
+    """
+
+    histogram: bool | frozenset[str] = False
+    num_bins: int = 2048
+    max_batches: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.histogram, str):
+            raise ConfigError(f"CollectConfig.histogram takes True, False or a collection of tensor names, "
+                              f"not one string ({self.histogram!r}); write {{{self.histogram!r}}}.")
+        if not isinstance(self.histogram, bool):
+            object.__setattr__(self, "histogram", frozenset(self.histogram))
+        if isinstance(self.num_bins, bool) or not isinstance(self.num_bins, int) or self.num_bins < 1:
+            raise ConfigError(f"CollectConfig.num_bins must be an integer >= 1, got {self.num_bins!r}.")
+        if self.max_batches is not None and self.max_batches < 1:
+            raise ConfigError(f"CollectConfig.max_batches must be >= 1 or None, got {self.max_batches}.")
+
+
+class Collected(Mapping[str, TensorStats]):
+    """What one pass over the data saw: tensor name -> statistics, with the batches and samples consumed.
+
+    Args:
+        stats: Tensor name -> statistics, in the order asked for.
+        n_batches: Feeds consumed.
+        n_samples: Samples consumed (axis 0 of the first input, summed).
+    """
+
+    def __init__(self, stats: Mapping[str, TensorStats], n_batches: int, n_samples: int) -> None:
+        self._stats = dict(stats)
+        self.n_batches = n_batches
+        self.n_samples = n_samples
+
+    def __getitem__(self, name: str) -> TensorStats:
+        return self._stats[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stats)
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+
+class ActivationStream:
+    """Batches of a model's activations: one ONNX Runtime session fetching the named tensors.
+
+    Iterating :meth:`batches` runs the model on one feed at a time and yields the values of
+    ``names`` (graph inputs straight from the checked feed); the consumer reduces and drops them.
+
+    Args:
+        model: The loaded model (not modified; a copy exposes the tensors as outputs).
+        names: Activation value names, checked by :func:`check_activations`.
+        purpose: What the pass is for (``"calibration"``, ``"smoothing"``): labels the progress
+            bar and load errors.
+        session_options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
+    """
+
+    def __init__(self, model: onnx.ModelProto, names: Sequence[str], purpose: str,
+                 session_options: Any = None) -> None:
+        self.model = model
+        self.names = list(names)
+        self.purpose = purpose
+        self.session_options = session_options
+        self.n_batches = 0
+        self.n_samples = 0
+
+    def batches(self, data: DataSource, max_batches: int | None = None,
+                progress: bool = False) -> Iterator[dict[str, np.ndarray]]:
+        """Yields tensor name -> values for each feed, in order, each feed pulled once.
+
+        Args:
+            data: Feeds (see :func:`quantdbg.data.as_data`); iterated once.
+            max_batches: Stop after this many feeds (None: all).
+            progress: Show a progress bar.
+
+        Yields:
+            One dict per feed, keyed by ``names`` in their order.
+
+        Raises:
+            DataError: A feed does not match the model (the message names the batch), or the
+                data yielded no feed.
+            BackendError: ONNX Runtime could not load the model or failed on a batch.
+        """
+        specs = input_specs(self.model)
+        fetch = [n for n in self.names if n not in specs]
+        session = open_session(expose_tensors(self.model, fetch), self.session_options,
+                               self.purpose) if fetch else None
+        feeds = as_data(data, inputs=list(specs))
+        batches = track(islice(feeds, max_batches), total=_num_batches(feeds, max_batches),
+                        desc=self.purpose, enabled=progress)
+        for index, feed in enumerate(batches):
+            checked = check_feed(feed, specs, where=f"calibration batch {index}")
+            fetched = dict(zip(fetch, run_batch(session, fetch, checked, index), strict=True))
+            self.n_batches += 1
+            self.n_samples += samples_in(checked)
+            yield {n: checked[n] if n in specs else fetched[n] for n in self.names}
+        if self.n_batches == 0:
+            raise DataError("The calibration data yielded no batches; give at least one feed.")
+
+
+_DEFAULT_COLLECT = CollectConfig()
+
+
+def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str],
+                  config: CollectConfig = _DEFAULT_COLLECT, *, progress: bool = False,
+                  session_options: Any = None) -> Collected:
+    """Runs ``data`` through ``model`` and streams ``tensors`` into collectors.
+
+    Args:
+        model: Path, ModelProto (never modified; a copy exposes the tensors as outputs) or
+            LoadedModel (not re-checked).
+        data: Calibration data (see :func:`quantdbg.data.as_data`); iterated once, at most
+            ``config.max_batches`` feeds pulled.
+        tensors: Value names to collect; graph inputs are allowed.
+        config: Which tensors get histograms, at which resolution, and the batch limit.
+        progress: Show a progress bar (tqdm when installed, else log lines).
+        session_options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults with
+            deterministic kernels).
+
+    Returns:
+        Tensor name -> statistics, in the order of ``tensors``, with the batches and samples consumed.
+
+    Raises:
+        ModelError: The model is invalid or a tensor name is unknown or names a weight.
+        DataError: A feed does not match the model (the message names the batch), a tensor is
+            not floating point, or there is no data.
+        BackendError: ONNX Runtime failed on a batch.
+    """
+    proto = as_loaded(model).proto
+    names = list(dict.fromkeys(tensors))
+    check_activations(proto, names, " (a weight): weight ranges come from the initializer itself, "
+                      "not from calibration. Calibrate activations only.")
+    stream = ActivationStream(proto, names, "calibration", _deterministic(session_options))
+    collector = Collector(names, config.histogram, config.num_bins)
+    # One worker scans batch b while ONNX Runtime computes batch b+1 (the numba kernel releases
+    # the GIL); waiting for it before queueing the next bounds memory to two batches of outputs.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantdbg-stats") as worker:
+        pending: Future[None] | None = None
+        for arrays in stream.batches(data, config.max_batches, progress):
+            if pending is not None:
+                pending.result()
+            pending = worker.submit(_update_all, collector, arrays)
+        if pending is not None:
+            pending.result()
+    return Collected(collector.result(), stream.n_batches, stream.n_samples)
+
+
+def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray]) -> None:
+    for name, array in arrays.items():
+        collector.update(name, array)
+
+
+def check_activations(model: onnx.ModelProto, names: Iterable[str], weight_hint: str) -> None:
+    """Checks that every name is an activation: a graph input or a node output, not an initializer.
+
+    Args:
+        model: The loaded model.
+        names: Value names.
+        weight_hint: Ends the message for an initializer, after ``Tensor 'w' is an initializer``.
+
+    Raises:
+        ModelError: A name is an initializer, or no value of the model (with close matches).
+    """
+    weights = {init.name for init in model.graph.initializer}
+    known = {vi.name for vi in model.graph.input} | {o for node in model.graph.node for o in node.output}
+    for name in names:
+        if name in weights:
+            raise ModelError(f"Tensor {name!r} is an initializer{weight_hint}")
+        if name not in known:
+            raise unknown("tensor", name, sorted(known - weights))
+
+
+def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """Returns a copy of ``model`` whose graph outputs also include ``names`` (graph inputs skipped).
+
+    Args:
+        model: A loaded model (not modified).
+        names: Value names produced by nodes.
+
+    Returns:
+        The copy.
+    """
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    graph = exposed.graph
+    present = {vi.name for vi in graph.output} | {vi.name for vi in graph.input}
+    typed = {vi.name: vi for vi in graph.value_info}
+    for name in names:
+        if name in present:
+            continue
+        info = onnx.ValueInfoProto()
+        if name in typed:
+            info.CopyFrom(typed[name])
+        else:  # shape inference could not type it; ONNX Runtime accepts an untyped output
+            info.name = name
+        graph.output.append(info)
+        present.add(name)
+    return exposed
+
+
+def _deterministic(options: Any) -> Any:
+    """``options``, or (None) ONNX Runtime defaults with deterministic kernels."""
+    if options is not None:
+        return options
+    import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.calibration` cheap
+
+    # Scales must not change from run to run: ask ORT for its deterministic kernels.
+    options = ort.SessionOptions()
+    options.use_deterministic_compute = True
+    return options
+
+
+def open_session(model: onnx.ModelProto, options: Any, purpose: str) -> Any:
+    """An ONNX Runtime CPU session for a model whose tensors were exposed as outputs.
+
+    Args:
+        model: The model, e.g. from :func:`expose_tensors`.
+        options: ``onnxruntime.SessionOptions`` (None: ONNX Runtime's defaults).
+        purpose: What the exposed outputs are for, named in the error (``"calibration"``).
+
+    Returns:
+        The ``onnxruntime.InferenceSession``.
+
+    Raises:
+        BackendError: ONNX Runtime could not load the model.
+    """
+    import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.calibration` cheap
+
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as err:  # ORT raises its own exception types
+        raise BackendError(f"ONNX Runtime could not load the model with {purpose} outputs: {err}") from err
+
+
+def run_batch(session: Any, fetch: list[str], feed: dict[str, np.ndarray], index: int) -> list[np.ndarray]:
+    """Fetches ``fetch`` for calibration batch ``index`` (no run when nothing is fetched).
+
+    Args:
+        session: A session from :func:`open_session`; may be None when ``fetch`` is empty.
+        fetch: Output names to return.
+        feed: A checked feed.
+        index: The batch's position, named in the error.
+
+    Returns:
+        One array per name in ``fetch``.
+
+    Raises:
+        BackendError: ONNX Runtime failed on the batch.
+    """
+    if not fetch:
+        return []
+    try:
+        return session.run(fetch, feed)
+    except Exception as err:  # ORT raises its own exception types
+        raise BackendError(f"ONNX Runtime failed on calibration batch {index}: {err}") from err
+
+
+def _num_batches(data: Any, max_batches: int | None) -> int | None:
+    # ArrayData knows its batch count; len() of ArrayData counts samples, so only trust len()
+    # of plain feed lists.
+    total = getattr(data, "num_batches", None)
+    if total is None and isinstance(data, (FeedList, list, tuple)):
+        total = len(data)
+    if total is not None and max_batches is not None:
+        total = min(total, max_batches)
+    return total
+
+
+def warn_nonfinite(stats: Mapping[str, TensorStats]) -> None:
+    """Warns (QuantDbgWarning) once per tensor that had NaN/Inf values, with their count."""
+    for name, s in stats.items():
+        if s.nonfinite:
+            warnings.warn(f"Tensor {name!r}: {s.nonfinite} NaN/Inf value(s) out of {s.count + s.nonfinite} "
+                          "were left out of its statistics. Check the model and the calibration data.",
+                          QuantDbgWarning, stacklevel=3)
+
