@@ -1,14 +1,17 @@
 """Fallback: the smallest set of layers to keep out of INT8 so a target holds, and the mixed model."""
-from quantdbg.fallback.search import (
-    FallbackConfig,
+from quantdbg.fallback.auto import FallbackConfig, FallbackResult, auto_fallback
+from quantdbg.fallback.mixed import write_mixed_model
+from quantdbg.fallback.plan import (
+    STRATEGIES,
+    FallbackEvaluation,
     FallbackPlan,
-    FallbackResult,
-    FallbackTarget,
-    auto_fallback,
-    default_budget,
-    search_fallback,
-    write_mixed_model,
+    PlanStatus,
+    Strategy,
+    TensorRTSettings,
 )
+from quantdbg.fallback.search import default_budget, search_fallback
+from quantdbg.fallback.target import TARGET_KINDS, FallbackTarget, TargetKind
 
-__all__ = ["FallbackConfig", "FallbackPlan", "FallbackResult", "FallbackTarget", "auto_fallback",
-           "default_budget", "search_fallback", "write_mixed_model"]
+__all__ = ["STRATEGIES", "TARGET_KINDS", "FallbackConfig", "FallbackEvaluation", "FallbackPlan",
+           "FallbackResult", "FallbackTarget", "PlanStatus", "Strategy", "TargetKind", "TensorRTSettings",
+           "auto_fallback", "default_budget", "search_fallback", "write_mixed_model"]
