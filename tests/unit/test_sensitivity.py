@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import models_sensitivity as ms
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision, TensorKind
-from quantdbg.errors import ConfigError, ModelError
+from quantdbg.errors import ConfigError, FormatError, ModelError
 from quantdbg.evaluation import OutputFunction, compare_arrays
 from quantdbg.model import load_model, name_nodes
 from quantdbg.qdq import QdqRecord, remove_qdq
@@ -20,10 +21,15 @@ from quantdbg.sensitivity import (
     MODES,
     SensitivityConfig,
     SensitivityReport,
+    SweepProgress,
+    VariantEvaluator,
+    VariantResult,
     analyze_sensitivity,
     suggest_calibrators,
 )
 from quantdbg.sensitivity import graphs as _analysis
+from quantdbg.sensitivity.measurement import Measurement
+from quantdbg.sensitivity.reductions import sums_to_metrics
 from quantdbg.sensitivity.suggest import _glob_escape
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
@@ -270,3 +276,61 @@ def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
                                  runner_factory=ONE_THREAD, evidence=False)
     # One layer in INT8 is never worse than all of them (before the clamp was kept: -7 dB for conv2).
     assert min(layer.value for layer in report.layers) >= report.baseline.total.sqnr_db - 0.5
+
+
+def test_progress_file_is_a_versioned_document_rewritten_after_every_variant(planted, tmp_path):
+    model, feeds, qmodel = planted["mlp4"]
+    path = tmp_path / "sweep.json"
+    with pytest.raises(KeyboardInterrupt):
+        _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(fail_after=3),
+                 results_path=path, evidence=False)
+    data = json.loads(path.read_text())
+    assert data["format"] == "quantdbg.sensitivity-progress/1" and data["mode"] == "leave-one-out"
+    progress = SweepProgress.from_dict(data)
+    assert list(progress.done) == ["__all_quantized__", "fc0", "fc1"]  # baseline first, then graph order
+    assert all(isinstance(r, VariantResult) and r.comparison is not None for r in progress.done.values())
+    data["done"]["fc0"]["value"] = "x"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FormatError, match=r"^Cannot resume the sweep: '.*sweep\.json': not a valid "
+                                          r"quantdbg\.sensitivity-progress/1 document: field "
+                                          r"'done\.fc0\.value': expected a number.* Or delete the file, "
+                                          r"or choose another results path\.$"):
+        _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(), results_path=path,
+                 evidence=False)
+    path.write_text("{not json")
+    with pytest.raises(FormatError, match=r"^Cannot resume the sweep: '.*sweep\.json': not valid JSON"):
+        _analyze(model, qmodel, feeds, mode="leave-one-out", results_path=path)
+
+
+def test_variant_result_json_round_trip(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=ONE_THREAD) as evaluator:
+        result = evaluator.run(["fc2"])
+        with pytest.raises(ModelError, match=r"^No quantized layer named 'fc9' in the model\. Did you mean"):
+            evaluator.run(["fc9"])
+    assert VariantResult.from_dict(json.loads(json.dumps(result.to_dict(), allow_nan=False))) == result
+    assert result.value == result.comparison.total.sqnr_db
+
+
+def test_pooled_sums_give_the_metrics_of_numpy(rng):
+    ref = rng.standard_normal((4, 32)).astype(np.float32)
+    test = (ref + 0.05 * rng.standard_normal((4, 32))).astype(np.float32)
+    r, t = ref.astype(np.float64), test.astype(np.float64)
+    diff = t - r
+    found = sums_to_metrics([(r**2).sum(), (diff**2).sum(), (t**2).sum(), np.abs(diff).max(), r.size])
+    want = compare_arrays(ref, test)
+    assert found.sqnr_db == pytest.approx(want.sqnr_db, rel=1e-12)
+    assert found.cosine == pytest.approx(want.cosine, rel=1e-12)
+    assert found.rel_l2 == pytest.approx(want.rel_l2, rel=1e-12)
+    assert found.max_abs == want.max_abs and found.count == want.count
+    assert found.sample_cosine is None  # per-sample cosines are not recoverable from pooled sums
+
+
+def test_ranking_sinks_nan_scores_and_keeps_graph_order_on_ties(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    score = {"fc0": 1.0, "fc1": math.nan, "fc2": 1.0, "fc3": 2.0}
+    found = Measurement(score, dict(score), {})
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=ONE_THREAD) as evaluator:
+        report = found.report(evaluator, "local", 0.0, "")
+    assert report.ranking == ("fc3", "fc0", "fc2", "fc1")
+    assert report.n_samples == sum(len(f["x"]) for f in feeds) and report.n_passes == 0

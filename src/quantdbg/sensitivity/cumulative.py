@@ -86,7 +86,7 @@ def measure_cumulative(evaluator: VariantEvaluator, config: SensitivityConfig,
     for batch in reduced.kept:
         outputs.update({fp: batch[fp] for fp in graph.quant_outputs},
                        {fp: batch[q] for fp, q in graph.quant_outputs.items()})
-    tensor_metrics = {str(fp): sums_to_metrics(sums) for fp, sums in reduced.sums.items()}
+    tensor_metrics = {fp: sums_to_metrics(sums) for fp, sums in reduced.sums.items()}
     tensors = tuple(TensorError(p.fp, p.node, p.op_type, tensor_metrics[p.fp]) for p in pairs)
     return _added_noise(evaluator, tensor_metrics, tensors, outputs)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import onnx
@@ -19,6 +20,7 @@ from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant, local_graph
 
 _SUMS = 5  # signal, noise, test, max_abs, count
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class DataPass:
 
 
 @dataclass(frozen=True)
-class Reduced:
+class Reduced(Generic[K]):
     """What :func:`reduce_outputs` returns.
 
     Attributes:
@@ -47,7 +49,7 @@ class Reduced:
         kept: Per batch, the outputs named in :attr:`DataPass.also`.
     """
 
-    sums: dict[Hashable, list[float]]
+    sums: dict[K, list[float]]
     kept: list[dict[str, np.ndarray]]
 
 
@@ -58,7 +60,7 @@ def sums_to_metrics(sums: Sequence[float]) -> OutputMetrics:
 
 
 def reduce_outputs(evaluator: VariantEvaluator, model: onnx.ModelProto,
-                   groups: Mapping[Hashable, tuple[str, ...]], run: DataPass) -> Reduced:
+                   groups: Mapping[K, tuple[str, ...]], run: DataPass) -> Reduced[K]:
     """Runs ``model`` over the evaluator's data and accumulates each group's reductions.
 
     Args:
@@ -71,7 +73,7 @@ def reduce_outputs(evaluator: VariantEvaluator, model: onnx.ModelProto,
         The float64 sums per group and the kept outputs.
     """
     names = [n for outs in groups.values() for n in outs]
-    totals: dict[Hashable, list[float]] = {key: [0.0] * _SUMS for key in groups}
+    totals: dict[K, list[float]] = {key: [0.0] * _SUMS for key in groups}
     kept: list[dict[str, np.ndarray]] = []
     with evaluator.runner_factory(model) as runner:
         evaluator.n_passes += 1
@@ -104,7 +106,7 @@ def run_local_graph(evaluator: VariantEvaluator, variants: Sequence[LocalVariant
     graph = local_graph(evaluator.fp_model, evaluator.qmodel, variants)
     reduced = reduce_outputs(evaluator, graph.model, graph.outputs, run)
     pooled: dict[int, list[float]] = {}
-    for (variant, _), sums in reduced.sums.items():  # type: ignore[misc]
+    for (variant, _), sums in reduced.sums.items():
         acc = pooled.setdefault(variant, [0.0] * _SUMS)
         for i in (0, 1, 2, 4):
             acc[i] += sums[i]

@@ -77,7 +77,7 @@ class ResultsFile:
                 state.done = dict(SweepProgress.from_dict(data, repr(str(state.path))).done)
                 logger.info("resuming %s sweep: %d variant(s) already done", mode, len(state.done))
         except FormatError as err:
-            raise FormatError(f"Cannot resume from {str(state.path)!r}: {err} Delete it or choose another "
+            raise FormatError(f"Cannot resume the sweep: {err} Or delete the file, or choose another "
                               "results path.") from err
         return state
 
