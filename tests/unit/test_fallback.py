@@ -20,6 +20,7 @@ from quantdbg.fallback import (
     FallbackPlan,
     FallbackResult,
     FallbackTarget,
+    TensorRTSettings,
     auto_fallback,
     default_budget,
     search_fallback,
@@ -166,6 +167,8 @@ def test_plan_json_round_trip_and_interop_settings():
     with pytest.raises(FormatError, match=r"^<data>: not a valid quantdbg\.fallback_plan/1 document: "
                                           r"format is 'other', expected 'quantdbg\.fallback_plan/1'\."):
         FallbackPlan.from_dict({"format": "other"})
+    with pytest.raises(FormatError, match=r"document: field 'budget' is missing\. Re-create it"):
+        FallbackPlan.from_dict({k: v for k, v in data.items() if k != "budget"})
     with pytest.raises(FormatError, match=r"field 'target\.threshold': expected a number or "):
         FallbackPlan.from_dict({**data, "target": {**data["target"], "threshold": "x"}})
 
@@ -190,6 +193,7 @@ def test_plan_trtexec_commands_come_from_the_tensorrt_backend(precision):
     assert section["builder_flags"] == ["int8", precision.value]
     assert section["layer_precisions"] == {node: precision.value for node in plan.nodes}
     assert plan.tensorrt.trtexec_args("x.onnx") == ["trtexec", "--onnx=x.onnx", "--stronglyTyped"]
+    assert TensorRTSettings.from_dict(json.loads(json.dumps(section))) == plan.tensorrt
 
 
 def test_weakly_typed_trtexec_command_pins_the_fallback_nodes():

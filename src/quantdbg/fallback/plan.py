@@ -7,7 +7,7 @@ import os
 import shlex
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -18,7 +18,7 @@ from quantdbg._json import Serializable
 from quantdbg.backends.tensorrt import EngineBuildSpec, ShapeRange, build_commands, trtexec_command
 from quantdbg.config import Precision
 from quantdbg.data import as_data
-from quantdbg.errors import QuantDbgError
+from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,9 @@ class FallbackEvaluation(Serializable):
 class TensorRTSettings(Serializable):
     """What a TensorRT build of the mixed-precision model needs.
 
-    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.trtexec_command`.
+    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.trtexec_command`. The
+    JSON form (the plan's ``tensorrt`` section) spells the settings out for both builds: strongly
+    typed, builder flags, layer precisions and the two trtexec command lines.
 
     Attributes:
         nodes: The fallback nodes (TensorRT names the layers of an ONNX model after its nodes).
@@ -201,9 +203,13 @@ class FallbackPlan(Serializable):
     def __json_decode__(cls, data: Any, where: str) -> FallbackPlan:
         if not isinstance(data, dict):
             raise _json.fail(where, "an object (FallbackPlan)", data)
+        stored = [f for f in fields(cls) if f.name != "build"]
+        for f in stored:
+            if f.name not in data and f.default is MISSING:
+                raise FormatError(f"field {_at(where, f.name)!r} is missing")
         hints = typing.get_type_hints(cls)
         values = {f.name: _json.decode(hints[f.name], data[f.name], _at(where, f.name))
-                  for f in fields(cls) if f.name in data and f.name != "build"}
+                  for f in stored if f.name in data}
         tensorrt = data.get("tensorrt")
         build = tensorrt.get("build") if isinstance(tensorrt, dict) else None
         values["build"] = _json.decode(hints["build"], build, _at(where, "tensorrt.build"))

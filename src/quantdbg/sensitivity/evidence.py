@@ -30,7 +30,7 @@ from quantdbg.calibration import (
 from quantdbg.config import TensorKind
 from quantdbg.errors import QuantDbgError, QuantDbgWarning
 from quantdbg.qdq import QdqRecord, QuantizedModel
-from quantdbg.quant_math import QMAX, channel_axis, channel_scale, fake_quant
+from quantdbg.quant_math import channel_axis, channel_scale, fake_quant, zeroed_fraction
 from quantdbg.sensitivity.config import SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant, fp32_weight
@@ -88,8 +88,7 @@ def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto
     """
     w = np.asarray(weights, np.float64)
     norm = float(np.linalg.norm(w)) or 1.0
-    amax = float(np.abs(w).max()) if w.size else 0.0
-    per_tensor = np.asarray((amax if amax > 0 else 1.0) / QMAX)
+    per_tensor = channel_scale(w, None)
     if w.ndim >= 2 or (w.ndim == 1 and record.axis is not None):
         per_channel = channel_scale(w, _output_axis(record, w, node))
     else:
@@ -101,13 +100,11 @@ def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto
         recorded = recorded.reshape(shape)
     else:
         recorded = recorded.reshape(())
-    nonzero = w != 0
-    count = max(int(nonzero.sum()), 1)
     return {
         "weight_error_per_tensor": float(np.linalg.norm(fake_quant(w, per_tensor) - w)) / norm,
         "weight_error_per_channel": float(np.linalg.norm(fake_quant(w, per_channel) - w)) / norm,
-        "weight_zero_fraction": float((nonzero & (np.round(w / recorded) == 0)).sum()) / count,
-        "weight_zero_fraction_per_tensor": float((nonzero & (np.round(w / per_tensor) == 0)).sum()) / count,
+        "weight_zero_fraction": zeroed_fraction(w, recorded),
+        "weight_zero_fraction_per_tensor": zeroed_fraction(w, per_tensor),
     }
 
 
