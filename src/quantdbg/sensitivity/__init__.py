@@ -1,4 +1,11 @@
-"""Sensitivity: which quantized layers hurt, ranked by node name, with the evidence of why."""
+"""Sensitivity: which quantized layers hurt, ranked by node name, with the evidence of why.
+
+``config`` (modes, SensitivityConfig) -> ``evaluator`` (variants of the Q/DQ model on one session of
+the ``graphs``' switchable graph) -> ``modes`` (registry: ``local``, ``cumulative``, ``sweep`` for
+isolated / leave-one-out, summed by ``reductions``; ``resume`` keeps a sweep's progress) ->
+``evidence`` -> ``measurement`` -> ``report`` (SensitivityReport); ``analyze`` runs them in that
+order, and ``suggest`` turns a report's evidence into per-tensor calibrator choices.
+"""
 from quantdbg.sensitivity.analyze import analyze_sensitivity
 from quantdbg.sensitivity.config import EVIDENCE_BATCHES, MODES, Mode, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult, default_runner_factory
