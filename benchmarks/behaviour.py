@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _zoo_tasks import ZOO, load_task  # noqa: E402
 
 import quantdbg  # noqa: E402
+from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator  # noqa: E402
 
 METHODS = ("minmax", "entropy", "percentile", "mse")
 MIN_SQNR = {"embedded_digits": 40.0, "digits_cnn": 40.0, "minilm_l6_v2_text": 30.0, "silero_vad_16k": 30.0}
@@ -81,13 +82,14 @@ def _model_facts(name: str, model: Any, calib: Any, evals: Any, work: Path) -> d
         quantized[method] = quantdbg.quantize(model, calib, quantdbg.CalibConfig(method=method))
         facts[method] = _scales(quantized[method], work)
     qmodel = quantized["entropy"]
-    local = quantdbg.analyze_sensitivity(model, qmodel, evals, mode="local")
+    local = quantdbg.analyze_sensitivity(model, qmodel, evals)
     facts["sensitivity_local"] = local.to_dict()
     if name in ISOLATED:
-        facts["sensitivity_isolated"] = quantdbg.analyze_sensitivity(model, qmodel, evals, mode="isolated",
-                                                                     evidence=False).to_dict()
-    result = quantdbg.auto_fallback(model, qmodel, evals, quantdbg.FallbackTarget.min_sqnr(MIN_SQNR[name]),
-                                    report=local)
+        isolated = SensitivityConfig(mode="isolated", evidence=False)
+        facts["sensitivity_isolated"] = quantdbg.analyze_sensitivity(model, qmodel, evals, isolated).to_dict()
+    with VariantEvaluator(model, qmodel, evals) as evaluator:
+        target = quantdbg.FallbackTarget.min_sqnr(MIN_SQNR[name])
+        result = quantdbg.auto_fallback(evaluator, target, report=local)
     facts["fallback_plan"] = result.plan.to_dict()
     facts["mixed_sha256"] = None if result.mixed is None else _sha(result.mixed.model)
     facts["lint"] = _api("lint")(qmodel.model).to_dict()

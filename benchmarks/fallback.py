@@ -38,7 +38,13 @@ from quantdbg.qdq import (  # noqa: E402
     quantize,  # noqa: E402
     records_from_model,  # noqa: E402
 )
-from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity, suggest_calibrators  # noqa: E402
+from quantdbg.sensitivity import (  # noqa: E402
+    SensitivityConfig,
+    SensitivityReport,
+    VariantEvaluator,
+    analyze_sensitivity,
+    suggest_calibrators,
+)
 
 BUILDERS = Path("/work/shared/models")
 MODELS = ("minilm_l6_v2_text", "digits_cnn", "silero_vad_16k")
@@ -75,9 +81,9 @@ def ranking(key: str, mode: str, fp_model, task, qmodel, work: Path) -> Sensitiv
             if data.get("format") == "quantdbg.sensitivity/1":
                 return SensitivityReport.from_dict(data)
     metric = targets(task.name, task.labels)[0][1] if mode in ("isolated", "leave-one-out") else "sqnr"
-    return analyze_sensitivity(fp_model, qmodel, task.eval, mode=mode, metric=metric,
-                               runner_factory=ONE_THREAD, results_path=work / f"{key}_{mode}_evidence.json",
-                               evidence=mode == "local")
+    config = SensitivityConfig(mode=mode, evidence=mode == "local",
+                               results_path=work / f"{key}_{mode}_evidence.json")
+    return analyze_sensitivity(fp_model, qmodel, task.eval, config, metric=metric, runner_factory=ONE_THREAD)
 
 
 def int8_variant(task, work: Path, quantizer: str):
@@ -104,8 +110,8 @@ def int8_variant(task, work: Path, quantizer: str):
                                                  load_model(path, allow_quantized=True))
     if quantizer == "calibrators":
         evidence = work / f"{task.name}_local_evidence.json"
-        report = analyze_sensitivity(task.model, quantized(task, work), task.eval, mode="local",
-                                     runner_factory=ONE_THREAD, results_path=evidence, evidence=True)
+        report = analyze_sensitivity(task.model, quantized(task, work), task.eval,
+                                     SensitivityConfig(results_path=evidence), runner_factory=ONE_THREAD)
         calib = CalibConfig(method=calib.method, per_tensor=suggest_calibrators(report))
         logging.info("%s: calibrators from the evidence: %s", task.name, dict(calib.per_tensor))
     qmodel = quantize(fp_path, task.calib, calib, quant)
@@ -126,9 +132,10 @@ def run_flow(name: str, mode: str, strategy: str, work: Path, which: int = 0,
     rank_s = time.perf_counter() - start
     start = time.perf_counter()
     budget = None if strategy == "bisect" else len(qmodel.layers)
-    result = auto_fallback(fp_model, qmodel, task.eval, target, metric=metric, report=report,
-                           config=FallbackConfig(mode=mode, strategy=strategy, precision=Precision.FP16,
-                                                 max_evaluations=budget), runner_factory=ONE_THREAD)
+    config = FallbackConfig(SensitivityConfig(mode=mode), strategy=strategy, precision=Precision.FP16,
+                            max_evaluations=budget)
+    with VariantEvaluator(fp_model, qmodel, task.eval, metric, ONE_THREAD) as evaluator:
+        result = auto_fallback(evaluator, target, config, report=report)
     search_s = time.perf_counter() - start
     plan = result.plan
     row = {"model": name, "quantizer": quantizer, "target": label, "ranking": mode, "strategy": strategy,

@@ -35,7 +35,13 @@ from quantdbg.qdq import (  # noqa: E402
     QuantizedModel,  # noqa: E402
     quantize,  # noqa: E402
 )
-from quantdbg.sensitivity import MODES, SensitivityReport, VariantEvaluator, analyze_sensitivity  # noqa: E402
+from quantdbg.sensitivity import (  # noqa: E402
+    MODES,
+    SensitivityConfig,
+    SensitivityReport,
+    VariantEvaluator,
+    analyze_sensitivity,
+)
 
 MODELS = ("digits_cnn", "minilm_l6_v2_text", "silero_vad_16k")
 SETTINGS = {  # model -> (calibration, placement, what isolated / leave-one-out rank by)
@@ -81,8 +87,9 @@ def run_mode(task: ZooTask, qmodel: QuantizedModel, mode: str, work: Path,
     metric = SETTINGS[task.name][2] if mode in ("isolated", "leave-one-out") else "sqnr"
     path = work / f"{task.name}_{mode}{'_evidence' if evidence else ''}.json"
     resumed = path.exists() and json.loads(path.read_text()).get("format") != "quantdbg.sensitivity/1"
-    report = analyze_sensitivity(task.model, qmodel, task.eval, mode=mode, metric=metric,
-                                 runner_factory=ONE_THREAD, results_path=path, evidence=evidence)
+    config = SensitivityConfig(mode=mode, evidence=evidence, results_path=path)
+    report = analyze_sensitivity(task.model, qmodel, task.eval, config, metric=metric,
+                                 runner_factory=ONE_THREAD)
     return report, resumed
 
 
@@ -92,8 +99,8 @@ def bracketed(task: ZooTask, qmodel: QuantizedModel, mode: str) -> dict:
     metric = SETTINGS[task.name][2] if mode in ("isolated", "leave-one-out") else "sqnr"
     before = fp32_pass_seconds(task, qmodel, repeats=1)
     start = time.perf_counter()
-    analyze_sensitivity(task.model, qmodel, task.eval, mode=mode, metric=metric, runner_factory=ONE_THREAD,
-                        evidence=False)
+    analyze_sensitivity(task.model, qmodel, task.eval, SensitivityConfig(mode=mode, evidence=False),
+                        metric=metric, runner_factory=ONE_THREAD)
     seconds = time.perf_counter() - start
     after = fp32_pass_seconds(task, qmodel, repeats=1)
     return {"seconds": round(seconds, 1), "fp32_s": round((before + after) / 2, 2),

@@ -23,8 +23,9 @@ from _zoo import builder_eval, print_table, zoo_folder  # noqa: E402
 from quantdbg.backends import OnnxrtRunner, OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
 from quantdbg.evaluation import Accuracy  # noqa: E402
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.fallback import FallbackTarget, auto_fallback  # noqa: E402
 from quantdbg.qdq import quantize  # noqa: E402
+from quantdbg.sensitivity import VariantEvaluator  # noqa: E402
 
 
 def load(zoo: bool) -> tuple[object, dict, dict, np.ndarray, str]:
@@ -55,9 +56,9 @@ def main() -> int:
     model, calib, evals, labels, what = load(args.zoo)
     naive = quantize(model, calib, CalibConfig(method="minmax"))
     auto_int8 = quantize(model, calib, CalibConfig(method="entropy"))
-    found = auto_fallback(model, auto_int8, evals, FallbackTarget.max_relative_loss(0.0),
-                          metric=Accuracy(labels), config=FallbackConfig(mode="local"),
-                          runner_factory=OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=args.threads)))
+    factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=args.threads))
+    with VariantEvaluator(model, auto_int8, evals, Accuracy(labels), factory) as evaluator:
+        found = auto_fallback(evaluator, FallbackTarget.max_relative_loss(0.0))
     mixed = found.mixed if found.mixed is not None else auto_int8
     n = len(naive.layers)
     variants = [("FP32", model, 0), ("naive INT8 (minmax)", naive.model, n),

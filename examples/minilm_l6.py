@@ -25,8 +25,9 @@ from _zoo import builder_eval, print_table, zoo_folder  # noqa: E402
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
 from quantdbg.evaluation import OutputFunction  # noqa: E402
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.fallback import FallbackTarget, auto_fallback  # noqa: E402
 from quantdbg.qdq import quantize  # noqa: E402
+from quantdbg.sensitivity import VariantEvaluator  # noqa: E402
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 MIN_COSINE = 0.99
@@ -65,9 +66,9 @@ def main() -> int:
         evals = {k: np.concatenate([z[f"q_{k}"], z[f"d_{k}"]]) for k in INPUTS}
     naive = quantize(model, calib_arrays, CalibConfig(method="minmax"))
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=args.threads))
-    found = auto_fallback(model, naive, evals, FallbackTarget.min_metric(0.0),
-                          metric=OutputFunction(gate, "min(cos-0.99, (R@1-0.330)/10)"),
-                          config=FallbackConfig(mode="local"), runner_factory=factory)
+    gated = OutputFunction(gate, "min(cos-0.99, (R@1-0.330)/10)")
+    with VariantEvaluator(model, naive, evals, gated, factory) as evaluator:
+        found = auto_fallback(evaluator, FallbackTarget.min_metric(0.0))
     mixed = found.mixed if found.mixed is not None else naive
     n = len(naive.layers)
     with tempfile.TemporaryDirectory() as tmp:

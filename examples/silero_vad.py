@@ -24,8 +24,9 @@ from _zoo import builder_eval, print_table, zoo_folder  # noqa: E402
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
 from quantdbg.evaluation import ModelFunction  # noqa: E402
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback  # noqa: E402
+from quantdbg.fallback import FallbackTarget, auto_fallback  # noqa: E402
 from quantdbg.qdq import quantize  # noqa: E402
+from quantdbg.sensitivity import VariantEvaluator  # noqa: E402
 
 BUILDER = "silero_vad_speech.py"
 
@@ -46,8 +47,8 @@ def main() -> int:
     auc = ModelFunction(lambda path: builder_eval(BUILDER, path)["roc_auc"], "roc_auc")
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=args.threads))
     # The ranking runs on the calibration clips; each search step scores a model file with the builder.
-    found = auto_fallback(model, auto_int8, feeds, FallbackTarget.max_relative_loss(0.1), metric=auc,
-                          config=FallbackConfig(mode="local"), runner_factory=factory)
+    with VariantEvaluator(model, auto_int8, feeds, auc, factory) as evaluator:
+        found = auto_fallback(evaluator, FallbackTarget.max_relative_loss(0.1))
     mixed = found.mixed if found.mixed is not None else auto_int8
     n = len(naive.layers)
     with tempfile.TemporaryDirectory() as tmp:

@@ -61,16 +61,16 @@ def report_results(seed: int = 0) -> dict:
     from quantdbg.fallback import FallbackTarget, search_fallback
     from quantdbg.qdq import quantize
     from quantdbg.report import ReportBundle
-    from quantdbg.sensitivity import analyze_sensitivity
+    from quantdbg.sensitivity import SensitivityConfig, analyze_sensitivity
 
     rng = np.random.default_rng(seed)
     model = models.conv_residual()
     data = {"x": rng.standard_normal((32, 4, 8, 8), dtype=np.float32)}
     qmodel = quantize(model, data)
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
-    local = analyze_sensitivity(model, qmodel, data, mode="local", runner_factory=factory)
-    isolated = analyze_sensitivity(model, qmodel, data, mode="isolated", runner_factory=factory,
-                                   evidence=False)
+    local = analyze_sensitivity(model, qmodel, data, runner_factory=factory)
+    isolated = analyze_sensitivity(model, qmodel, data, SensitivityConfig(mode="isolated", evidence=False),
+                                   runner_factory=factory)
     plan = search_fallback(isolated, lambda nodes: float(len(nodes)), FallbackTarget.min_metric(1.0))
     doctor = diagnose(model, data, config=DoctorConfig(threads=1, bootstrap_rounds=4, bootstrap_chunks=4,
                                                        batch_size=8))

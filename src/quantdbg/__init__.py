@@ -42,11 +42,11 @@ _EXPORTS = {
     # the ONNX Runtime backend
     "OnnxrtRunner": "quantdbg.backends.onnxrt", "OrtConfig": "quantdbg.backends.onnxrt",
     # sensitivity analysis and fallback search
-    "analyze_sensitivity": "quantdbg.sensitivity.analyze",
-    "SensitivityReport": "quantdbg.sensitivity.analyze",
-    "search_fallback": "quantdbg.fallback.search", "auto_fallback": "quantdbg.fallback.search",
-    "FallbackTarget": "quantdbg.fallback.search", "FallbackPlan": "quantdbg.fallback.search",
-    "FallbackConfig": "quantdbg.fallback.search", "write_mixed_model": "quantdbg.fallback.search",
+    "analyze_sensitivity": "quantdbg.sensitivity",
+    "SensitivityReport": "quantdbg.sensitivity",
+    "search_fallback": "quantdbg.fallback", "auto_fallback": "quantdbg.fallback",
+    "FallbackTarget": "quantdbg.fallback", "FallbackPlan": "quantdbg.fallback",
+    "FallbackConfig": "quantdbg.fallback", "write_mixed_model": "quantdbg.fallback",
     # diagnostics and reports
     "lint": "quantdbg.diagnostics.linter", "LintReport": "quantdbg.diagnostics.linter",
     "diagnose": "quantdbg.diagnostics.doctor", "DoctorConfig": "quantdbg.diagnostics.doctor",

@@ -188,6 +188,7 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     from quantdbg.evaluation import compare_arrays
     from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
     from quantdbg.qdq import quantize
+    from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
     start = time.perf_counter()
     folder = _out_folder(out_dir)
@@ -195,8 +196,9 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     qmodel = quantize(emb.model_path, emb.calib, progress=progress)
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=threads))
     # Isolated ranking: on 8 layers it costs 9 passes and ranks by the very metric of the target.
-    found = auto_fallback(emb.model_path, qmodel, emb.eval_inputs, FallbackTarget.min_sqnr(min_sqnr_db),
-                          config=FallbackConfig(mode="isolated"), runner_factory=factory, progress=progress)
+    config = FallbackConfig(SensitivityConfig(mode="isolated", progress=progress))
+    with VariantEvaluator(emb.model_path, qmodel, emb.eval_inputs, runner_factory=factory) as evaluator:
+        found = auto_fallback(evaluator, FallbackTarget.min_sqnr(min_sqnr_db), config)
     plan, ranking = found.plan, found.report
     mixed = found.mixed if found.mixed is not None else qmodel
     doctor = diagnose(emb.model_path, emb.calib, emb.eval_inputs, DoctorConfig(threads=threads),

@@ -61,3 +61,15 @@ def unknown(kind: str, name: str, known: Collection[str],
     near = difflib.get_close_matches(name, list(known), n=3)
     hint = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
     return error(f"No {kind} named {name!r} in the model.{hint}")
+
+
+def check_choice(kind: str, value: str, choices: Collection[str]) -> str:
+    """Returns ``value`` when it is one of ``choices`` (a typed vocabulary's values).
+
+    Raises:
+        ConfigError: It is not, e.g. ``Unknown sensitivity mode 'global'; choose one of isolated,
+            leave-one-out, local, cumulative.``
+    """
+    if value not in choices:
+        raise ConfigError(f"Unknown {kind} {value!r}; choose one of {', '.join(choices)}.")
+    return value

@@ -12,11 +12,11 @@ import pytest
 import quantdbg
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.cli import main
-from quantdbg.config import CalibConfig
+from quantdbg.config import CalibConfig, Precision
 from quantdbg.evaluation import Accuracy
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
 from quantdbg.qdq import records_from_model
-from quantdbg.sensitivity import analyze_sensitivity
+from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 
@@ -58,12 +58,12 @@ def test_digits_cnn_flow(zoo_model, tmp_path):
     qmodel = quantdbg.quantize(folder / "model.onnx", folder / "calib.npz", CalibConfig(method="minmax"))
     data = {"input": evals["input"]}
     accuracy = Accuracy(evals["label"])
-    local = analyze_sensitivity(folder / "model.onnx", qmodel, data, mode="local", runner_factory=ONE_THREAD)
+    local = analyze_sensitivity(folder / "model.onnx", qmodel, data, runner_factory=ONE_THREAD)
     assert sorted(local.ranking) == sorted(qmodel.layers)
     fp32_accuracy = float(np.mean(_run(folder / "model.onnx", [data]).argmax(1) == evals["label"]))
     target = FallbackTarget.min_metric(fp32_accuracy - 0.002)
-    result = auto_fallback(folder / "model.onnx", qmodel, data, target, metric=accuracy, report=local,
-                           config=FallbackConfig(precision="fp32"), runner_factory=ONE_THREAD)
+    with VariantEvaluator(folder / "model.onnx", qmodel, data, accuracy, ONE_THREAD) as evaluator:
+        result = auto_fallback(evaluator, target, FallbackConfig(precision=Precision.FP32), report=local)
     assert result.plan.status == "met"
     assert result.plan.n_evaluations <= result.plan.budget
     result.mixed.save(tmp_path / "mixed.onnx")

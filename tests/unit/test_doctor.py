@@ -231,11 +231,12 @@ def _doctored_mlp(rng):
 
 def test_sensitive_layers_confirms_the_doctored_layer_in_isolation(rng):
     from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
+    from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator, analyze_sensitivity
 
     model, qmodel, data = _doctored_mlp(rng)
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
-    ranking = analyze_sensitivity(model, qmodel, data, mode="local", runner_factory=factory, evidence=False)
+    ranking = analyze_sensitivity(model, qmodel, data, SensitivityConfig(evidence=False),
+                                  runner_factory=factory)
     with VariantEvaluator(model, qmodel, data, "sqnr", factory) as evaluator:
         confirmation = confirm_layers(evaluator, ranking, top=2)
     assert confirmation.layers[0].node == "fc2"

@@ -3,22 +3,32 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import models_sensitivity as ms
 import numpy as np
 import onnx
 import pytest
 
+from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+from quantdbg.backends.tensorrt import EngineBuildSpec, trtexec_command
 from quantdbg.config import Precision
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import (
+    FallbackConfig,
     FallbackPlan,
+    FallbackResult,
     FallbackTarget,
+    TensorRTSettings,
     auto_fallback,
     default_budget,
     search_fallback,
     write_mixed_model,
 )
+from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
+
+ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 
 
 class Additive:
@@ -153,8 +163,65 @@ def test_plan_json_round_trip_and_interop_settings():
     assert data["tensorrt"]["trtexec"] == "trtexec --onnx=MIXED.onnx --stronglyTyped"
     assert data["tensorrt"]["layer_precisions"] == {"n1": "fp16"}
     assert "--precisionConstraints=obey --layerPrecisions=n1:fp16" in data["tensorrt"]["trtexec_weakly_typed"]
-    with pytest.raises(ConfigError, match="Not a quantdbg fallback plan"):
+    assert FallbackPlan.from_dict({**data, "format": "quantdbg.fallback_plan/1"}) == plan
+    with pytest.raises(FormatError, match=r"^<data>: not a valid quantdbg\.fallback_plan/1 document: "
+                                          r"format is 'other', expected 'quantdbg\.fallback_plan/1'\."):
         FallbackPlan.from_dict({"format": "other"})
+    with pytest.raises(FormatError, match=r"document: field 'budget' is missing\. Re-create it"):
+        FallbackPlan.from_dict({k: v for k, v in data.items() if k != "budget"})
+    with pytest.raises(FormatError, match=r"field 'target\.threshold': expected a number or "):
+        FallbackPlan.from_dict({**data, "target": {**data["target"], "threshold": "x"}})
+
+
+def test_plan_build_is_read_back_from_its_tensorrt_section(tmp_path):
+    plan = search_fallback(["a", "b"], lambda nodes: float(len(nodes)), FallbackTarget.min_metric(1.0))
+    build = {"spec": {"model": "m.onnx"}, "commands": {"trtexec": "trtexec --onnx=m.onnx"}}
+    built = replace(plan, build=build)
+    data = built.to_dict()
+    assert "build" not in data and data["tensorrt"]["build"] == dict(built.build)
+    assert FallbackPlan.read(built.write(tmp_path / "plan.json")) == built
+
+
+@pytest.mark.parametrize("precision", [Precision.FP16, Precision.FP32])
+def test_plan_trtexec_commands_come_from_the_tensorrt_backend(precision):
+    plan = search_fallback(["a", "b/c", "d"], lambda nodes: float(len(nodes)), FallbackTarget.min_metric(2.0))
+    plan = plan.with_precision(precision)
+    spec = EngineBuildSpec(Path("MIXED.onnx"), fallback_nodes=plan.nodes, fallback_precision=precision)
+    section = plan.to_dict()["tensorrt"]
+    assert section["trtexec"] == trtexec_command(spec) == "trtexec --onnx=MIXED.onnx --stronglyTyped"
+    assert section["trtexec_weakly_typed"] == trtexec_command(spec, strongly_typed=False)
+    assert section["builder_flags"] == ["int8", precision.value]
+    assert section["layer_precisions"] == {node: precision.value for node in plan.nodes}
+    assert plan.tensorrt.trtexec_args("x.onnx") == ["trtexec", "--onnx=x.onnx", "--stronglyTyped"]
+    assert TensorRTSettings.from_dict(json.loads(json.dumps(section))) == plan.tensorrt
+
+
+def test_weakly_typed_trtexec_command_pins_the_fallback_nodes():
+    spec = EngineBuildSpec(Path("m.onnx"), fallback_nodes=("a/b", "c:d", "e f"), fallback_precision="fp16")
+    assert trtexec_command(spec, strongly_typed=False) == (
+        "trtexec --onnx=m.onnx --int8 --fp16 --precisionConstraints=obey "
+        "'--layerPrecisions=a/b:fp16,'\"'\"'c:d'\"'\"':fp16,e f:fp16'")
+    bare = EngineBuildSpec(Path("m.onnx"), engine=Path("m.engine"), fallback_precision="fp32")
+    assert trtexec_command(bare, strongly_typed=False) == \
+        "trtexec --onnx=m.onnx --int8 --fp32 --saveEngine=m.engine"
+
+
+def test_fallback_config_json_round_trip_and_validation():
+    for config in (FallbackConfig(), FallbackConfig(SensitivityConfig(mode="isolated", jobs=2, progress=True),
+                                                    "linear", Precision.FP32, 7)):
+        assert FallbackConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, "
+                                          r"linear\.$"):
+        FallbackConfig(strategy="greedy")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^max_evaluations must be >= 1 or None, got 0\.$"):
+        FallbackConfig(max_evaluations=0)
+    with pytest.raises(FormatError, match=r"field 'sensitivity\.mode': expected one of"):
+        FallbackConfig.from_dict({"sensitivity": {"mode": "global"}})
+
+
+def test_target_json_round_trip():
+    for target in (TARGET, FallbackTarget.max_relative_loss(1.5, 0.8, True), FallbackTarget.min_sqnr(30)):
+        assert FallbackTarget.from_dict(json.loads(json.dumps(target.to_dict()))) == target
 
 
 def _fed_by(model: onnx.ModelProto, node_name: str) -> list[str]:
@@ -182,11 +249,18 @@ def test_auto_fallback_on_a_planted_bad_layer(rng):
     model = ms.mlp4()
     feeds = ms.feeds_for(model, rng)
     qmodel = ms.quantize_by_hand(model, feeds, {"act1": 0.01})
-    result = auto_fallback(model, qmodel, feeds, FallbackTarget.min_sqnr(30.0), config=None)
+    with VariantEvaluator(model, qmodel, feeds, "cosine", ONE_THREAD) as evaluator:
+        result = auto_fallback(evaluator, FallbackTarget.min_sqnr(30.0))  # reads the SQNR, not the cosine
+        with pytest.raises(ConfigError, match=r"^The target says lower is better but metric 'cosine' is "
+                                              r"higher-is-better; make them agree\.$"):
+            auto_fallback(evaluator, FallbackTarget.min_metric(0.9, lower_is_better=True))
+        with pytest.raises(ConfigError, match=r"^The sensitivity report ranks other layers"):
+            auto_fallback(evaluator, TARGET, report=replace(result.report, layers=result.report.layers[1:]))
     assert result.plan.status == "met" and result.plan.nodes == ("fc2",)
+    assert result.plan.evaluations[-1].value >= 30.0
     assert result.report.ranking[0] == "fc2"
     assert result.mixed is not None and result.mixed.layers == ("fc0", "fc1", "fc3")
-    with pytest.raises(ConfigError, match=r"^The target says lower is better but metric 'cosine' is "
-                                          r"higher-is-better; make them agree\.$"):
-        auto_fallback(model, qmodel, feeds, FallbackTarget.min_metric(0.9, lower_is_better=True),
-                      metric="cosine")
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert data["plan"]["format"] == "quantdbg.fallback_plan/1"
+    assert data["report"]["format"] == "quantdbg.sensitivity/1"
+    assert FallbackResult.from_dict(data) == replace(result, mixed=None)

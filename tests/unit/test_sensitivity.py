@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import models_sensitivity as ms
 import numpy as np
@@ -10,23 +11,35 @@ import onnxruntime as ort
 import pytest
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.config import Precision
-from quantdbg.errors import ConfigError, ModelError
+from quantdbg.config import Precision, TensorKind
+from quantdbg.errors import ConfigError, FormatError, ModelError
 from quantdbg.evaluation import OutputFunction, compare_arrays
 from quantdbg.model import load_model, name_nodes
 from quantdbg.qdq import QdqRecord, remove_qdq
-from quantdbg.sensitivity import graphs as _analysis
-from quantdbg.sensitivity.analyze import (
+from quantdbg.sensitivity import (
+    MODE_FUNCTIONS,
     MODES,
+    SensitivityConfig,
     SensitivityReport,
-    _glob_escape,
+    SweepProgress,
+    VariantEvaluator,
+    VariantResult,
     analyze_sensitivity,
     suggest_calibrators,
 )
-from quantdbg.sensitivity.evidence import weight_evidence
+from quantdbg.sensitivity import graphs as _analysis
+from quantdbg.sensitivity.measurement import Measurement
+from quantdbg.sensitivity.reductions import sums_to_metrics
+from quantdbg.sensitivity.suggest import _glob_escape
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 PLANTED = {"mlp4": ("act1", "fc2"), "small_cnn": ("r1", "conv2")}
+
+
+def _analyze(model, qmodel, feeds, *, metric="sqnr", runner_factory=ONE_THREAD,
+             **settings) -> SensitivityReport:
+    return analyze_sensitivity(model, qmodel, feeds, SensitivityConfig(**settings), metric=metric,
+                               runner_factory=runner_factory)
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
@@ -52,7 +65,7 @@ def planted():
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_every_mode_ranks_the_planted_layer_first(planted, name, mode):
     model, feeds, qmodel = planted[name]
-    report = analyze_sensitivity(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD,
+    report = _analyze(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD,
                                  evidence=False)
     assert report.ranking[0] == PLANTED[name][1]
     assert sorted(report.ranking) == sorted(qmodel.layers)
@@ -78,7 +91,7 @@ def test_switch_graph_reproduces_both_models(planted):
 
 def test_isolated_variant_equals_the_model_with_other_pairs_removed(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="isolated", runner_factory=ONE_THREAD,
+    report = _analyze(model, qmodel, feeds, mode="isolated", runner_factory=ONE_THREAD,
                                  evidence=False)
     fp_session = _session(name_nodes(load_model(model)))
     for layer in qmodel.layers:
@@ -91,13 +104,13 @@ def test_isolated_variant_equals_the_model_with_other_pairs_removed(planted):
 
 def _fake_quant(x: np.ndarray, record: QdqRecord) -> np.ndarray:
     scale = np.asarray(record.scale, np.float32)
-    lo, hi = (-128, 127) if record.kind == "activation" else (-127, 127)
+    lo, hi = (-128, 127) if record.kind is TensorKind.ACTIVATION else (-127, 127)
     return (np.clip(np.round(x / scale), lo, hi) * scale).astype(np.float32)
 
 
 def test_local_error_matches_numpy_fake_quantization(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD,
+    report = _analyze(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD,
                                  evidence=False)
     fp = name_nodes(load_model(model))
     weights = {i.name: onnx.numpy_helper.to_array(i) for i in fp.graph.initializer}
@@ -117,7 +130,7 @@ def test_local_error_matches_numpy_fake_quantization(planted):
 
 def test_cumulative_tracks_every_tensor(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="cumulative", runner_factory=ONE_THREAD,
+    report = _analyze(model, qmodel, feeds, mode="cumulative", runner_factory=ONE_THREAD,
                                  evidence=False)
     tensors = {t.tensor: t for t in report.tensors}
     assert list(tensors) == ["mm0", "act0", "mm1", "act1", "mm2", "act2", "y"]  # every node output, in order
@@ -130,9 +143,9 @@ def test_cumulative_tracks_every_tensor(planted):
 
 def test_parallel_jobs_give_the_same_report(planted):
     model, feeds, qmodel = planted["small_cnn"]
-    one = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD,
+    one = _analyze(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD,
                                  evidence=False)
-    two = analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD, jobs=2,
+    two = _analyze(model, qmodel, feeds, mode="leave-one-out", runner_factory=ONE_THREAD, jobs=2,
                               evidence=False)
     assert two.ranking == one.ranking
     assert [x.value for x in two.layers] == pytest.approx([x.value for x in one.layers], rel=1e-9)
@@ -155,33 +168,33 @@ def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
     model, feeds, qmodel = planted["mlp4"]
     path = tmp_path / "sweep.json"
     with pytest.raises(KeyboardInterrupt):
-        analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(fail_after=2),
+        _analyze(model, qmodel, feeds, mode="isolated", metric=_Counting(fail_after=2),
                             runner_factory=ONE_THREAD, results_path=path, evidence=False)
     assert len(json.loads(path.read_text())["done"]) == 2
     resumed_metric = _Counting()
-    resumed = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=resumed_metric,
+    resumed = _analyze(model, qmodel, feeds, mode="isolated", metric=resumed_metric,
                                   runner_factory=ONE_THREAD, results_path=path, evidence=False)
     assert resumed_metric.calls == len(qmodel.layers) + 1 - 2 + 1  # the rest, plus the FP32 reference value
-    fresh = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(),
+    fresh = _analyze(model, qmodel, feeds, mode="isolated", metric=_Counting(),
                                 runner_factory=ONE_THREAD,
                                  evidence=False)
     assert resumed.ranking == fresh.ranking
     assert [x.value for x in resumed.layers] == pytest.approx([x.value for x in fresh.layers])
     assert SensitivityReport.read(path) == resumed  # the finished file is the report
-    with_evidence = analyze_sensitivity(model, qmodel, feeds, mode="isolated", metric=_Counting(),
+    with_evidence = _analyze(model, qmodel, feeds, mode="isolated", metric=_Counting(),
                                         runner_factory=ONE_THREAD, results_path=path)
     assert with_evidence.ranking == resumed.ranking  # evidence added to the finished sweep, not redone
     assert all(layer.evidence is not None for layer in SensitivityReport.read(path).layers)
     with pytest.raises(ConfigError, match=r"belongs to another analysis \(other models, data, mode or "
                                           r"metric\); delete it or choose another results path\.$"):
-        analyze_sensitivity(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
+        _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
                             runner_factory=ONE_THREAD, results_path=path, evidence=False)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_report_json_round_trip(planted, mode):
     model, feeds, qmodel = planted["small_cnn"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD)
+    report = _analyze(model, qmodel, feeds, mode=mode, runner_factory=ONE_THREAD)
     text = json.dumps(report.to_dict(), allow_nan=False)
     assert SensitivityReport.from_dict(json.loads(text)) == report
     top = report.layers[0]
@@ -191,7 +204,7 @@ def test_report_json_round_trip(planted, mode):
 
 def test_evidence_points_at_the_planted_range(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD)
+    report = _analyze(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD)
     evidence = report.layer("fc2").evidence
     assert evidence.recorded_sqnr < 5.0
     assert evidence.calibrator_sqnr[evidence.best_calibrator] > evidence.recorded_sqnr + 20
@@ -199,7 +212,7 @@ def test_evidence_points_at_the_planted_range(planted):
 
 def test_calibrator_suggestions_follow_the_evidence(planted):
     model, feeds, qmodel = planted["mlp4"]
-    report = analyze_sensitivity(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD)
+    report = _analyze(model, qmodel, feeds, mode="local", runner_factory=ONE_THREAD)
     suggested = suggest_calibrators(report, only_changes=False)
     for layer in report.layers:  # each activation of mlp4 has one reader: its best calibrator wins
         (act,) = [i.tensor for i in layer.inputs if i.kind == "activation"]
@@ -209,30 +222,31 @@ def test_calibrator_suggestions_follow_the_evidence(planted):
     assert _glob_escape("a[0]*b?") == "a[[]0][*]b[?]"
 
 
-def test_weight_evidence_matches_numpy():
-    w = np.array([[0.01, -0.02, 5.0], [0.03, 0.001, -4.0]], np.float32)  # column 2 dwarfs the others
-    scale = np.abs(w).max(axis=0) / 127
-    record = QdqRecord("mm", "MatMul", 1, "w", "weight", "q", "dq", tuple(scale.tolist()), 1, "absmax")
-    found = weight_evidence(record, w, None)
-    t_scale = np.abs(w).max() / 127
-    per_tensor = np.clip(np.round(w / t_scale), -127, 127) * t_scale
-    per_channel = np.clip(np.round(w / scale), -127, 127) * scale
-    norm = np.linalg.norm(w)
-    assert found["weight_error_per_tensor"] == pytest.approx(np.linalg.norm(per_tensor - w) / norm)
-    assert found["weight_error_per_channel"] == pytest.approx(np.linalg.norm(per_channel - w) / norm)
-    assert found["weight_zero_fraction_per_tensor"] == pytest.approx(np.mean(np.round(w / t_scale) == 0))
-    assert found["weight_zero_fraction"] == 0.0
-
-
 def test_argument_errors(planted):
     model, feeds, qmodel = planted["mlp4"]
-    with pytest.raises(ConfigError, match=r"^Unknown sensitivity mode 'global'; choose one of isolated, "
-                                          r"leave-one-out, local, cumulative\.$"):
-        analyze_sensitivity(model, qmodel, feeds, mode="global")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match=r"^jobs must be >= 1, got 0\.$"):
-        analyze_sensitivity(model, qmodel, feeds, jobs=0)
     with pytest.raises(ModelError, match=r"^Quantized node 'fc0' is not in the FP32 model; pass the FP32 "):
         analyze_sensitivity(ms.small_cnn(), qmodel, feeds)
+
+
+def test_config_is_validated():
+    with pytest.raises(ConfigError, match=r"^Unknown sensitivity mode 'global'; choose one of isolated, "
+                                          r"leave-one-out, local, cumulative\.$"):
+        SensitivityConfig(mode="global")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^jobs must be >= 1, got 0\.$"):
+        SensitivityConfig(jobs=0)
+    with pytest.raises(ConfigError, match=r"^evidence_batches must be >= 1, got 0\.$"):
+        SensitivityConfig(evidence_batches=0)
+
+
+@pytest.mark.parametrize("config", [SensitivityConfig(),
+                                    SensitivityConfig("isolated", 3, False, 4, True, "r.json")])
+def test_config_json_round_trip(config):
+    data = json.loads(json.dumps(config.to_dict(), allow_nan=False))
+    assert SensitivityConfig.from_dict(data) == config
+
+
+def test_every_mode_has_an_implementation():
+    assert set(MODE_FUNCTIONS) == set(MODES)
 
 
 def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
@@ -258,7 +272,65 @@ def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
                     weight_type=QuantType.QInt8, per_channel=True)
     qmodel = records_from_model(tmp_path / "qdq.onnx")
     assert "Relu" not in {n.op_type for n in qmodel.model.graph.node}  # the premise: the Relus are gone
-    report = analyze_sensitivity(tmp_path / "fp32.onnx", qmodel, feeds, mode="isolated",
+    report = _analyze(tmp_path / "fp32.onnx", qmodel, feeds, mode="isolated",
                                  runner_factory=ONE_THREAD, evidence=False)
     # One layer in INT8 is never worse than all of them (before the clamp was kept: -7 dB for conv2).
     assert min(layer.value for layer in report.layers) >= report.baseline.total.sqnr_db - 0.5
+
+
+def test_progress_file_is_a_versioned_document_rewritten_after_every_variant(planted, tmp_path):
+    model, feeds, qmodel = planted["mlp4"]
+    path = tmp_path / "sweep.json"
+    with pytest.raises(KeyboardInterrupt):
+        _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(fail_after=3),
+                 results_path=path, evidence=False)
+    data = json.loads(path.read_text())
+    assert data["format"] == "quantdbg.sensitivity-progress/1" and data["mode"] == "leave-one-out"
+    progress = SweepProgress.from_dict(data)
+    assert list(progress.done) == ["__all_quantized__", "fc0", "fc1"]  # baseline first, then graph order
+    assert all(isinstance(r, VariantResult) and r.comparison is not None for r in progress.done.values())
+    data["done"]["fc0"]["value"] = "x"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FormatError, match=r"^Cannot resume the sweep: '.*sweep\.json': not a valid "
+                                          r"quantdbg\.sensitivity-progress/1 document: field "
+                                          r"'done\.fc0\.value': expected a number.* Or delete the file, "
+                                          r"or choose another results path\.$"):
+        _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(), results_path=path,
+                 evidence=False)
+    path.write_text("{not json")
+    with pytest.raises(FormatError, match=r"^Cannot resume the sweep: '.*sweep\.json': not valid JSON"):
+        _analyze(model, qmodel, feeds, mode="leave-one-out", results_path=path)
+
+
+def test_variant_result_json_round_trip(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=ONE_THREAD) as evaluator:
+        result = evaluator.run(["fc2"])
+        with pytest.raises(ModelError, match=r"^No quantized layer named 'fc9' in the model\. Did you mean"):
+            evaluator.run(["fc9"])
+    assert VariantResult.from_dict(json.loads(json.dumps(result.to_dict(), allow_nan=False))) == result
+    assert result.value == result.comparison.total.sqnr_db
+
+
+def test_pooled_sums_give_the_metrics_of_numpy(rng):
+    ref = rng.standard_normal((4, 32)).astype(np.float32)
+    test = (ref + 0.05 * rng.standard_normal((4, 32))).astype(np.float32)
+    r, t = ref.astype(np.float64), test.astype(np.float64)
+    diff = t - r
+    found = sums_to_metrics([(r**2).sum(), (diff**2).sum(), (t**2).sum(), np.abs(diff).max(), r.size])
+    want = compare_arrays(ref, test)
+    assert found.sqnr_db == pytest.approx(want.sqnr_db, rel=1e-12)
+    assert found.cosine == pytest.approx(want.cosine, rel=1e-12)
+    assert found.rel_l2 == pytest.approx(want.rel_l2, rel=1e-12)
+    assert found.max_abs == want.max_abs and found.count == want.count
+    assert found.sample_cosine is None  # per-sample cosines are not recoverable from pooled sums
+
+
+def test_ranking_sinks_nan_scores_and_keeps_graph_order_on_ties(planted):
+    model, feeds, qmodel = planted["mlp4"]
+    score = {"fc0": 1.0, "fc1": math.nan, "fc2": 1.0, "fc3": 2.0}
+    found = Measurement(score, dict(score), {})
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=ONE_THREAD) as evaluator:
+        report = found.report(evaluator, "local", 0.0, "")
+    assert report.ranking == ("fc3", "fc0", "fc2", "fc1")
+    assert report.n_samples == sum(len(f["x"]) for f in feeds) and report.n_passes == 0

@@ -146,7 +146,7 @@ def _check_out(path: str, flag: str) -> None:
 
 def run_analyze(args: argparse.Namespace) -> int:
     """``quantdbg analyze``: writes the sensitivity report and prints the top of the ranking."""
-    from quantdbg.sensitivity import analyze_sensitivity
+    from quantdbg.sensitivity import SensitivityConfig, analyze_sensitivity
 
     _check_out(args.out, "--out")
     if args.jobs < 1:
@@ -155,8 +155,9 @@ def run_analyze(args: argparse.Namespace) -> int:
     metric = _metric(args, fp_model)
     data = _eval_data(args, fp_model)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
-    report = analyze_sensitivity(fp_model, qmodel, data, mode=args.mode, metric=metric, jobs=args.jobs,
-                                 progress=args.progress, results_path=partial, evidence=not args.no_evidence)
+    config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
+                               progress=args.progress, results_path=partial)
+    report = analyze_sensitivity(fp_model, qmodel, data, config, metric=metric)
     report.write(args.out)
     if partial.exists():
         os.unlink(partial)
@@ -199,7 +200,7 @@ def run_fallback(args: argparse.Namespace) -> int:
     """``quantdbg fallback``: searches, then writes the plan and (when met) the mixed model."""
     from quantdbg.config import Precision
     from quantdbg.fallback import FallbackConfig, auto_fallback
-    from quantdbg.sensitivity import SensitivityReport
+    from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator
 
     _check_out(args.out, "--out")
     _check_out(args.plan, "--plan")
@@ -210,10 +211,10 @@ def run_fallback(args: argparse.Namespace) -> int:
         target = type(target)(target.kind, target.threshold, True, target.reference)
     data = _eval_data(args, fp_model)
     report = SensitivityReport.read(args.report) if args.report else None
-    config = FallbackConfig(mode=args.mode, precision=Precision(args.precision),
-                            max_evaluations=args.max_evaluations)
-    result = auto_fallback(fp_model, qmodel, data, target, metric=metric, config=config, report=report,
-                           progress=args.progress)
+    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=args.progress),
+                            precision=Precision(args.precision), max_evaluations=args.max_evaluations)
+    with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
+        result = auto_fallback(evaluator, target, config, report=report)
     plan = result.plan
     if result.mixed is None:
         plan.write(args.plan)

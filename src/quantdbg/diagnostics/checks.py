@@ -17,10 +17,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantdbg._json import decode_float, encode_float
 from quantdbg.calibration import calibrator_amaxes
 from quantdbg.config import TensorKind
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
-from quantdbg.evaluation import float_from_json, float_to_json
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, nsr, sqnr_db, zeroed_fraction
 
 if TYPE_CHECKING:
@@ -46,13 +46,12 @@ PLOT_BINS = 256
 
 
 def _from_json(value: float | str | None) -> float:
-    """Decodes a float written by ``float_to_json`` (None, which it never writes for a float, as nan)."""
-    decoded = float_from_json(value)
-    return math.nan if decoded is None else decoded
+    """Decodes a float written by ``encode_float`` (None, which it never writes for a float, as nan)."""
+    return math.nan if value is None else decode_float(value, "")
 
 
 def _json_cell(value: Cell) -> Cell:
-    return float_to_json(value) if isinstance(value, float) else value
+    return encode_float(value) if isinstance(value, float) else value
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"check": self.check, "severity": self.severity, "score": float_to_json(self.score),
+        return {"check": self.check, "severity": self.severity, "score": encode_float(self.score),
                 "title": self.title, "subjects": list(self.subjects), "evidence": self.evidence.to_dict(),
                 "fix": self.fix}
 
@@ -299,7 +298,7 @@ class CalibratorComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        enc = lambda m: {k: float_to_json(v) for k, v in m.items()}  # noqa: E731
+        enc = lambda m: {k: encode_float(v) for k, v in m.items()}  # noqa: E731
         return {"tensor": self.tensor, "chosen": self.chosen, "amax": dict(self.amax),
                 "tensor_sqnr": enc(self.tensor_sqnr), "layer_sqnr": enc(self.layer_sqnr), "best": self.best,
                 "ratio": self.ratio, "hist": list(self.hist), "hist_width": self.hist_width}
@@ -637,8 +636,8 @@ class MixedRange:
         """JSON-ready dict."""
         return {"tensor": self.tensor, "role": self.role, "axis": self.axis, "scale": self.scale,
                 "channel_absmax": list(self.channel_absmax), "channel_zeroed": list(self.channel_zeroed),
-                "swamped": list(self.swamped), "sqnr_db": float_to_json(self.sqnr_db),
-                "swamped_sqnr_db": float_to_json(self.swamped_sqnr_db)}
+                "swamped": list(self.swamped), "sqnr_db": encode_float(self.sqnr_db),
+                "swamped_sqnr_db": encode_float(self.swamped_sqnr_db)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MixedRange:
@@ -805,7 +804,7 @@ class LayerConfirmation:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {k: float_to_json(v) if isinstance(v, float) else v for k, v in self.__dict__.items()}
+        return {k: encode_float(v) if isinstance(v, float) else v for k, v in self.__dict__.items()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LayerConfirmation:
@@ -834,8 +833,8 @@ class Confirmation:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"full_sqnr_db": float_to_json(self.full_sqnr_db), "metric": self.metric,
-                "full_value": float_to_json(self.full_value), "layers": [c.to_dict() for c in self.layers]}
+        return {"full_sqnr_db": encode_float(self.full_sqnr_db), "metric": self.metric,
+                "full_value": encode_float(self.full_value), "layers": [c.to_dict() for c in self.layers]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confirmation:

@@ -368,11 +368,12 @@ def _report(model: ModelSource, context: _Context, findings: tuple[Finding, ...]
 def _run_sensitive_layers(ctx: _Context) -> CheckOutcome:
     from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
     from quantdbg.diagnostics.checks import check_sensitive_layers, confirm_layers
-    from quantdbg.sensitivity import VariantEvaluator, analyze_sensitivity
+    from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator, analyze_sensitivity
 
     factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=ctx.config.threads))
-    ctx.sensitivity = analyze_sensitivity(ctx.fp_model, ctx.qmodel, ctx.evals, mode="local",
-                                          runner_factory=factory, progress=ctx.progress, evidence=True)
+    ctx.sensitivity = analyze_sensitivity(ctx.fp_model, ctx.qmodel, ctx.evals,
+                                          SensitivityConfig(mode="local", progress=ctx.progress),
+                                          runner_factory=factory)
     with VariantEvaluator(ctx.fp_model, ctx.qmodel, ctx.evals, ctx.metric, factory) as evaluator:  # type: ignore[arg-type]
         confirmation = confirm_layers(evaluator, ctx.sensitivity, ctx.config.confirm_top)
     return check_sensitive_layers(confirmation, ctx.config.sensitive_sqnr_db, ctx.config.dominant_share)

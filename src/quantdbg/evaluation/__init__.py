@@ -8,9 +8,6 @@ from quantdbg.evaluation.metrics import (
     OutputMetrics,
     compare_arrays,
     compare_outputs,
-    float_from_json,
-    float_to_json,
-    json_float,
     metrics_from_sums,
 )
 from quantdbg.evaluation.task import (
@@ -28,5 +25,5 @@ from quantdbg.evaluation.task import (
 
 __all__ = ["METRIC_NAMES", "Accuracy", "CommandMetric", "Comparison", "MetricAccumulator", "MetricName",
            "ModelFunction", "OutputFunction", "OutputMetric", "OutputMetrics", "TaskMetric", "Top1Agreement",
-           "as_task_metric", "compare_arrays", "compare_outputs", "concat_batches", "float_from_json",
-           "float_to_json", "json_float", "metrics_from_sums", "parse_metric_line"]
+           "as_task_metric", "compare_arrays", "compare_outputs", "concat_batches",
+           "metrics_from_sums", "parse_metric_line"]

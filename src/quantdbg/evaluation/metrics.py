@@ -21,11 +21,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Literal, cast, get_args
+from typing import Literal, cast, get_args
 
 import numpy as np
 
-from quantdbg.errors import ConfigError, DataError
+from quantdbg._json import Serializable
+from quantdbg.errors import DataError, check_choice
 from quantdbg.quant_math import sqnr_db
 
 MetricName = Literal["sqnr", "cosine", "sample_cosine", "rel_l2", "max_abs"]
@@ -43,33 +44,11 @@ def check_metric_name(name: str) -> MetricName:
     Raises:
         ConfigError: ``name`` is not one of :data:`METRIC_NAMES`.
     """
-    if name not in METRIC_NAMES:
-        raise ConfigError(f"Unknown output metric {name!r}; choose one of {', '.join(METRIC_NAMES)}.")
-    return cast(MetricName, name)
-
-
-def float_to_json(value: float | None) -> float | str | None:
-    """Encodes a float for strict JSON: infinities become ``"inf"``/``"-inf"``, NaN ``"nan"``."""
-    if value is None:
-        return None
-    value = float(value)
-    if math.isfinite(value):
-        return value
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-
-
-def float_from_json(value: float | str | None) -> float | None:
-    """Decodes :func:`float_to_json`."""
-    return None if value is None else float(value)
-
-
-def json_float(value: float | str) -> float:
-    """Decodes a :func:`float_to_json` value that is never None."""
-    return float(value)
+    return cast(MetricName, check_choice("output metric", name, METRIC_NAMES))
 
 
 @dataclass(frozen=True)
-class OutputMetrics:
+class OutputMetrics(Serializable):
     """How far a test tensor (or set of tensors) is from its reference.
 
     Attributes:
@@ -99,22 +78,6 @@ class OutputMetrics:
         value = {"sqnr": self.sqnr_db, "cosine": self.cosine, "sample_cosine": self.sample_cosine,
                  "rel_l2": self.rel_l2, "max_abs": self.max_abs}[name]
         return math.nan if value is None else value
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (infinities as strings)."""
-        return {"sqnr_db": float_to_json(self.sqnr_db), "cosine": float_to_json(self.cosine),
-                "sample_cosine": float_to_json(self.sample_cosine),
-                "min_sample_cosine": float_to_json(self.min_sample_cosine),
-                "rel_l2": float_to_json(self.rel_l2), "max_abs": float_to_json(self.max_abs),
-                "count": self.count, "nonfinite": self.nonfinite}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OutputMetrics:
-        """Inverse of :meth:`to_dict`."""
-        return cls(json_float(data["sqnr_db"]), json_float(data["cosine"]),
-                   float_from_json(data["sample_cosine"]), float_from_json(data["min_sample_cosine"]),
-                   json_float(data["rel_l2"]),
-                   json_float(data["max_abs"]), int(data["count"]), int(data.get("nonfinite", 0)))
 
 
 @dataclass
@@ -249,7 +212,7 @@ def compare_arrays(ref: np.ndarray, test: np.ndarray) -> OutputMetrics:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Serializable):
     """Metrics per output and over all outputs together.
 
     Attributes:
@@ -263,16 +226,6 @@ class Comparison:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outputs", MappingProxyType(dict(self.outputs)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"outputs": {k: v.to_dict() for k, v in self.outputs.items()}, "total": self.total.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        """Inverse of :meth:`to_dict`."""
-        return cls({k: OutputMetrics.from_dict(v) for k, v in data["outputs"].items()},
-                   OutputMetrics.from_dict(data["total"]))
 
 
 class MetricAccumulator:

@@ -38,8 +38,8 @@ BUNDLE_FORMAT = "quantdbg.report/1"
 # kind -> (module, class) of the result type; imported only when a result is examined.
 _TYPES: Mapping[str, tuple[str, str]] = {
     "calibration": ("quantdbg.calibration.ranges", "CalibrationResult"),
-    "sensitivity": ("quantdbg.sensitivity.analyze", "SensitivityReport"),
-    "fallback": ("quantdbg.fallback.search", "FallbackPlan"),
+    "sensitivity": ("quantdbg.sensitivity", "SensitivityReport"),
+    "fallback": ("quantdbg.fallback", "FallbackPlan"),
     "lint": ("quantdbg.diagnostics.linter", "LintReport"),
     "doctor": ("quantdbg.diagnostics.doctor", "DoctorReport"),
     "bundle": ("quantdbg.report.render", "ReportBundle"),

@@ -1,16 +1,21 @@
-"""Sensitivity: which quantized layers hurt, ranked by node name, with the evidence of why."""
-from quantdbg.sensitivity.analyze import (
-    MODES,
-    LayerSensitivity,
-    Mode,
-    SensitivityReport,
-    VariantEvaluator,
-    VariantResult,
-    analyze_sensitivity,
-    default_runner_factory,
-    suggest_calibrators,
-)
-from quantdbg.sensitivity.evidence import LayerEvidence
+"""Sensitivity: which quantized layers hurt, ranked by node name, with the evidence of why.
 
-__all__ = ["MODES", "LayerEvidence", "LayerSensitivity", "Mode", "SensitivityReport", "VariantEvaluator",
-           "VariantResult", "analyze_sensitivity", "default_runner_factory", "suggest_calibrators"]
+``config`` (modes, SensitivityConfig) -> ``evaluator`` (variants of the Q/DQ model on one session of
+the ``graphs``' switchable graph) -> ``modes`` (registry: ``local``, ``cumulative``, ``sweep`` for
+isolated / leave-one-out, summed by ``reductions``; ``resume`` keeps a sweep's progress) ->
+``evidence`` -> ``measurement`` -> ``report`` (SensitivityReport); ``analyze`` runs them in that
+order, and ``suggest`` turns a report's evidence into per-tensor calibrator choices.
+"""
+from quantdbg.sensitivity.analyze import analyze_sensitivity
+from quantdbg.sensitivity.config import EVIDENCE_BATCHES, MODES, Mode, SensitivityConfig
+from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult, default_runner_factory
+from quantdbg.sensitivity.evidence import LayerEvidence
+from quantdbg.sensitivity.modes import MODE_FUNCTIONS
+from quantdbg.sensitivity.report import LayerSensitivity, QuantizedInput, SensitivityReport, TensorError
+from quantdbg.sensitivity.resume import SweepProgress
+from quantdbg.sensitivity.suggest import suggest_calibrators
+
+__all__ = ["EVIDENCE_BATCHES", "MODES", "MODE_FUNCTIONS", "LayerEvidence", "LayerSensitivity", "Mode",
+           "QuantizedInput", "SensitivityConfig", "SensitivityReport", "SweepProgress", "TensorError",
+           "VariantEvaluator", "VariantResult", "analyze_sensitivity", "default_runner_factory",
+           "suggest_calibrators"]

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -18,19 +19,31 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg.calibration import TensorStats, calibrator_amaxes
+from quantdbg._json import Serializable
+from quantdbg.calibration import (
+    CollectConfig,
+    PercentileConfig,
+    TensorStats,
+    calibrator_amaxes,
+    collect_stats,
+    get_calibrator,
+)
 from quantdbg.config import TensorKind
-from quantdbg.errors import QuantDbgWarning
-from quantdbg.evaluation import float_from_json, float_to_json
+from quantdbg.errors import QuantDbgError, QuantDbgWarning
 from quantdbg.qdq import QdqRecord, QuantizedModel
-from quantdbg.quant_math import QMAX, channel_axis, channel_scale, fake_quant
-from quantdbg.sensitivity.graphs import LocalVariant, fp32_weight, local_graph
+from quantdbg.quant_math import channel_axis, channel_scale, fake_quant, zeroed_fraction
+from quantdbg.sensitivity.config import SensitivityConfig
+from quantdbg.sensitivity.evaluator import VariantEvaluator
+from quantdbg.sensitivity.graphs import LocalVariant, fp32_weight
+from quantdbg.sensitivity.reductions import DataPass, run_local_graph
+
+logger = logging.getLogger(__name__)
 
 OUTLIER_PERCENTILE = 99.99
 
 
 @dataclass(frozen=True)
-class LayerEvidence:
+class LayerEvidence(Serializable):
     """Evidence for why a layer loses accuracy in INT8.
 
     Attributes:
@@ -57,26 +70,6 @@ class LayerEvidence:
     recorded_sqnr: float | None = None
     best_calibrator: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        out: dict[str, Any] = {k: float_to_json(getattr(self, k)) for k in _FLOAT_FIELDS}
-        out["calibrator_sqnr"] = (None if self.calibrator_sqnr is None
-                                  else {k: float_to_json(v) for k, v in self.calibrator_sqnr.items()})
-        out["best_calibrator"] = self.best_calibrator
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LayerEvidence:
-        """Inverse of :meth:`to_dict`."""
-        sqnr = data.get("calibrator_sqnr")
-        return cls(**{k: float_from_json(data.get(k)) for k in _FLOAT_FIELDS},
-                   calibrator_sqnr=None if sqnr is None else {k: float(v) for k, v in sqnr.items()},
-                   best_calibrator=data.get("best_calibrator"))
-
-
-_FLOAT_FIELDS = ("weight_error_per_tensor", "weight_error_per_channel", "weight_zero_fraction",
-                 "weight_zero_fraction_per_tensor", "activation_outlier_ratio", "recorded_sqnr")
-
 
 def _output_axis(record: QdqRecord, w: np.ndarray, node: onnx.NodeProto | None) -> int:
     trans_b = any(a.name == "transB" and a.i for a in (node.attribute if node else ()))
@@ -96,8 +89,7 @@ def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto
     """
     w = np.asarray(weights, np.float64)
     norm = float(np.linalg.norm(w)) or 1.0
-    amax = float(np.abs(w).max()) if w.size else 0.0
-    per_tensor = np.asarray((amax if amax > 0 else 1.0) / QMAX)
+    per_tensor = channel_scale(w, None)
     if w.ndim >= 2 or (w.ndim == 1 and record.axis is not None):
         per_channel = channel_scale(w, _output_axis(record, w, node))
     else:
@@ -109,20 +101,16 @@ def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto
         recorded = recorded.reshape(shape)
     else:
         recorded = recorded.reshape(())
-    nonzero = w != 0
-    count = max(int(nonzero.sum()), 1)
     return {
         "weight_error_per_tensor": float(np.linalg.norm(fake_quant(w, per_tensor) - w)) / norm,
         "weight_error_per_channel": float(np.linalg.norm(fake_quant(w, per_channel) - w)) / norm,
-        "weight_zero_fraction": float((nonzero & (np.round(w / recorded) == 0)).sum()) / count,
-        "weight_zero_fraction_per_tensor": float((nonzero & (np.round(w / per_tensor) == 0)).sum()) / count,
+        "weight_zero_fraction": zeroed_fraction(w, recorded),
+        "weight_zero_fraction_per_tensor": zeroed_fraction(w, per_tensor),
     }
 
 
 def outlier_ratio(stats: TensorStats) -> float | None:
     """max|x| / the 99.99th percentile of |x| (from the histogram); None without a histogram."""
-    from quantdbg.calibration import PercentileConfig, get_calibrator
-
     if stats.hist is None or stats.absmax == 0.0:
         return None
     with warnings.catch_warnings():
@@ -189,5 +177,47 @@ def _rankable(value: float) -> float:
     return -math.inf if math.isnan(value) else value
 
 
-__all__ = ["LayerEvidence", "calibrator_variants", "layer_evidence", "local_graph",
-           "outlier_ratio", "weight_evidence"]
+def _activation_stats(evaluator: VariantEvaluator, config: SensitivityConfig) -> dict[str, TensorStats]:
+    """Activation statistics with histograms: from the calibration when it kept them, else collected."""
+    records = evaluator.qmodel.records
+    tensors = list(dict.fromkeys(r.tensor for r in records if r.kind is TensorKind.ACTIVATION))
+    calibration = evaluator.qmodel.calibration
+    stats = dict(calibration.stats) if calibration is not None else {}
+    missing = [t for t in tensors if t not in stats or stats[t].hist is None]
+    if missing:
+        evaluator.n_passes += 1
+        stats.update(collect_stats(evaluator.fp_model, evaluator.data, missing,
+                                   CollectConfig(histogram=True, max_batches=config.evidence_batches)))
+    return {t: stats[t] for t in tensors if t in stats}
+
+
+def collect_evidence(evaluator: VariantEvaluator, config: SensitivityConfig) -> dict[str, LayerEvidence]:
+    """Every layer's evidence: its weights, its activations' outliers, and each calibrator's local SQNR.
+
+    The calibrator comparison is one pass of a local graph over ``config.evidence_batches``
+    batches, with a clone per layer and candidate range.
+
+    Args:
+        evaluator: The models and data (its pass count is increased).
+        config: The analysis settings (``evidence_batches``, ``progress``).
+
+    Returns:
+        Layer -> evidence, for every quantized layer.
+    """
+    try:
+        stats = _activation_stats(evaluator, config)
+    except QuantDbgError as err:  # e.g. a tensor ORT cannot expose: evidence is optional
+        logger.warning("activation evidence skipped: %s", err)
+        stats = {}
+    variants = calibrator_variants(evaluator.qmodel, evaluator.layers, stats)
+    run = DataPass("sensitivity (evidence)", config.progress, config.evidence_batches)
+    found = run_local_graph(evaluator, variants, run)
+    local: dict[str, dict[str, float]] = {layer: {} for layer in evaluator.layers}
+    for index, m in found.items():
+        local[variants[index].layer][variants[index].label] = m.sqnr_db
+    return {layer: layer_evidence(evaluator.fp_model, evaluator.qmodel, layer, stats, local[layer])
+            for layer in evaluator.layers}
+
+
+__all__ = ["LayerEvidence", "calibrator_variants", "collect_evidence", "layer_evidence", "outlier_ratio",
+           "weight_evidence"]

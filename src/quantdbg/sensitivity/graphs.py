@@ -406,58 +406,83 @@ def local_graph(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
     Raises:
         ModelError: A layer is not a node of ``fp_model``.
     """
-    model = _copy(fp_model)
-    names = UniqueNames.of_model(model)
-    fp_nodes = _nodes_by_name(model)
+    builder = _LocalBuilder(fp_model, qmodel)
     extra_nodes: dict[str, list[onnx.NodeProto]] = {}
-    inits: list[onnx.TensorProto] = []
-    outputs: dict[tuple[int, int], tuple[str, ...]] = {}
-    float_outputs = _float_tensors(model)
-    q_nodes = _nodes_by_name(qmodel.model)
-    folded: dict[tuple[str, int], str | None] = {}
     for index, variant in enumerate(variants):
-        node = fp_nodes.get(variant.layer)
+        node = builder.fp_nodes.get(variant.layer)
         if node is None:
             raise ModelError(f"Quantized node {variant.layer!r} is not in the FP32 model; pass the FP32 "
                              "original of the Q/DQ model (node names must match).")
+        extra_nodes.setdefault(node.name, []).extend(builder.clone(index, variant, node))
+    model = builder.model
+    _append_after(model, extra_nodes)
+    model.graph.initializer.extend(builder.inits)
+    _add_reduction_outputs(model, builder.outputs.values())
+    return LocalGraph(model, builder.outputs, tuple(variants))
+
+
+class _LocalBuilder:
+    """The state :func:`local_graph` builds up: the FP32 copy, names, constants and reductions."""
+
+    def __init__(self, fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> None:
+        self.model = _copy(fp_model)
+        self.qmodel = qmodel
+        self.names = UniqueNames.of_model(self.model)
+        self.fp_nodes = _nodes_by_name(self.model)
+        self.inits: list[onnx.TensorProto] = []
+        self.outputs: dict[tuple[int, int], tuple[str, ...]] = {}
+        self.float_outputs = _float_tensors(self.model)
+        self.q_nodes = _nodes_by_name(qmodel.model)
+        self.folded: dict[tuple[str, int], str | None] = {}
+
+    def clone(self, index: int, variant: LocalVariant, node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        """The nodes of one clone: the Q/DQ it reads, the clone, then its reductions."""
         clone = onnx.NodeProto()
         clone.CopyFrom(node)
-        clone.name = names(f"{node.name}{LOCAL_SUFFIX}")
+        clone.name = self.names(f"{node.name}{LOCAL_SUFFIX}")
+        added = self._quantized_inputs(variant, node, clone)
+        added.append(clone)  # after the Q/DQ it reads, before the reductions that read it
+        for k, out_name in enumerate(node.output):
+            if not out_name:
+                continue
+            clone.output[k] = self.names(f"{out_name}{LOCAL_SUFFIX}")
+            if out_name in self.float_outputs:
+                red, outs = _reductions(out_name, clone.output[k], self.names,
+                                        f"{clone.name}/{variant.label}/out{k}")
+                added += red
+                self.outputs[(index, k)] = outs
+        return added
+
+    def _quantized_inputs(self, variant: LocalVariant, node: onnx.NodeProto,
+                          clone: onnx.NodeProto) -> list[onnx.NodeProto]:
+        """Points the clone's quantized inputs at fake-quantized weights and Q/DQ'd activations."""
         added: list[onnx.NodeProto] = []
-        for record in qmodel.records_of(variant.layer):
+        for record in self.qmodel.records_of(variant.layer):
             source = node.input[record.input_index] if len(node.input) > record.input_index else ""
             if source != record.tensor and record.kind is TensorKind.ACTIVATION:
                 raise ModelError(f"Input {record.input_index} of node {variant.layer!r} in the FP32 model is "
                                  f"{source!r}, but the Q/DQ record says {record.tensor!r}; pass the FP32 "
                                  "original the Q/DQ model was made from.")
             key = (record.node, record.input_index)
-            if record.kind is TensorKind.WEIGHT and key not in folded:
-                folded[key] = _local_weight(qmodel, record, q_nodes, names, inits)
-            if folded.get(key):  # weights: fake-quantized once, shared by every clone of the layer
-                clone.input[record.input_index] = folded[key]
+            if record.kind is TensorKind.WEIGHT and key not in self.folded:
+                self.folded[key] = _local_weight(self.qmodel, record, self.q_nodes, self.names, self.inits)
+            folded = self.folded.get(key)
+            if folded:  # weights: fake-quantized once, shared by every clone of the layer
+                clone.input[record.input_index] = folded
                 continue
             amax = variant.activation_amax.get(record.input_index)
-            qdq, consts, out = _qdq_nodes(qmodel, record, source, amax, names)
+            qdq, consts, out = _qdq_nodes(self.qmodel, record, source, amax, self.names)
             added += qdq
-            inits += consts
+            self.inits += consts
             clone.input[record.input_index] = out
-        added.append(clone)  # after the Q/DQ it reads, before the reductions that read it
-        for k, out_name in enumerate(node.output):
-            if not out_name:
-                continue
-            clone.output[k] = names(f"{out_name}{LOCAL_SUFFIX}")
-            if out_name in float_outputs:
-                red, outs = _reductions(out_name, clone.output[k], names,
-                                        f"{clone.name}/{variant.label}/out{k}")
-                added += red
-                outputs[(index, k)] = outs
-        extra_nodes.setdefault(node.name, []).extend(added)
-    _append_after(model, extra_nodes)
-    model.graph.initializer.extend(inits)
+        return added
+
+
+def _add_reduction_outputs(model: onnx.ModelProto, groups: Iterable[tuple[str, ...]]) -> None:
+    """Declares every reduction as a graph output (float32 scalars; the count is int64)."""
     model.graph.output.extend(
         helper.make_tensor_value_info(name, TensorProto.INT64 if kind == "count" else TensorProto.FLOAT, [])
-        for outs in outputs.values() for kind, name in zip(REDUCTIONS, outs, strict=True))
-    return LocalGraph(model, outputs, tuple(variants))
+        for outs in groups for kind, name in zip(REDUCTIONS, outs, strict=True))
 
 
 def _append_after(model: onnx.ModelProto, extra: Mapping[str, list[onnx.NodeProto]]) -> None:
@@ -555,7 +580,5 @@ def paired_graph(fp_model: onnx.ModelProto, quant_model: onnx.ModelProto,
         nodes, outs = _reductions(fp_name, rename.get(q_name, q_name), names, f"quantdbg_pair/{fp_name}")
         model.graph.node.extend(nodes)
         reductions[fp_name] = outs
-    model.graph.output.extend(
-        helper.make_tensor_value_info(name, TensorProto.INT64 if kind == "count" else TensorProto.FLOAT, [])
-        for outs in reductions.values() for kind, name in zip(REDUCTIONS, outs, strict=True))
+    _add_reduction_outputs(model, reductions.values())
     return PairedGraph(model, reductions, quant_outputs)

@@ -3,7 +3,8 @@
 The mixed-precision model a fallback plan writes already says everything TensorRT needs: INT8 where
 Q/DQ pairs are, FP16 where the fallback layers were cast. So every command here builds a *strongly
 typed* network (``trtexec --stronglyTyped``, ``polygraphy ... --strongly-typed``) with no precision
-flags; the fallback node names only appear in a comment, for the record.
+flags; the fallback node names only appear in a comment, for the record. (``trtexec_command(spec,
+strongly_typed=False)`` spells the weakly typed equivalent, which pins the fallback nodes by name.)
 
 Flags follow TensorRT 10's trtexec (``--onnx``, ``--stronglyTyped``, ``--minShapes/--optShapes/
 --maxShapes``, ``--saveEngine``, ``--timingCacheFile``, ``--memPoolSize``, ``--builderOptimizationLevel``,
@@ -187,16 +188,31 @@ def _join(args: Sequence[str | os.PathLike[str]]) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-def trtexec_command(spec: EngineBuildSpec) -> str:
-    """The ``trtexec`` command line that builds ``spec``'s engine (strongly typed).
+def _weakly_typed(spec: EngineBuildSpec) -> list[str]:
+    # INT8 and the fallback precision enabled; the fallback layers pinned to it by name.
+    precision = spec.fallback_precision.value
+    args = ["--int8", f"--{precision}"]
+    if spec.fallback_nodes:
+        layers = ",".join(f"{_trtexec_name(name)}:{precision}" for name in spec.fallback_nodes)
+        args += ["--precisionConstraints=obey", f"--layerPrecisions={layers}"]
+    return args
+
+
+def trtexec_command(spec: EngineBuildSpec, *, strongly_typed: bool = True) -> str:
+    """The ``trtexec`` command line that builds ``spec``'s engine.
 
     Args:
         spec: The build.
+        strongly_typed: Build with ``--stronglyTyped`` (precisions from the model's casts). False
+            gives the weakly typed build instead: ``--int8`` and the fallback precision enabled,
+            and the fallback nodes pinned to it with ``--precisionConstraints=obey
+            --layerPrecisions`` (TensorRT names an ONNX model's layers after its nodes).
 
     Returns:
         A shell-quoted command.
     """
-    args: list[str] = ["trtexec", f"--onnx={spec.model}", "--stronglyTyped"]
+    args: list[str] = ["trtexec", f"--onnx={spec.model}",
+                       *(["--stronglyTyped"] if strongly_typed else _weakly_typed(spec))]
     if spec.shapes:
         args += [f"--{which}Shapes={_trtexec_shapes(spec.shapes, which)}" for which in ("min", "opt", "max")]
     if spec.engine is not None:

@@ -1,0 +1,156 @@
+"""The automatic flow: rank the layers, search the smallest fallback set, verify it on the real model."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantdbg import _json
+from quantdbg._json import Serializable
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError, check_choice
+from quantdbg.evaluation import OutputMetric
+from quantdbg.fallback.mixed import mixed_model
+from quantdbg.fallback.plan import STRATEGIES, FallbackPlan, Strategy
+from quantdbg.fallback.search import search_fallback
+from quantdbg.fallback.target import FallbackTarget
+from quantdbg.qdq import QuantizedModel
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
+
+
+@dataclass(frozen=True)
+class FallbackConfig(Serializable):
+    """How :func:`auto_fallback` ranks and searches.
+
+    Attributes:
+        sensitivity: How the layers are ranked when no report is given (``mode="local"`` costs
+            about two FP32 passes; ``"isolated"``/``"leave-one-out"`` one pass per layer but rank
+            by the task metric), and whether progress bars show.
+        strategy: Search strategy (see :func:`~quantdbg.fallback.search.search_fallback`).
+        precision: What fallback layers compute in: FP16 (TensorRT) or FP32 (CPU backends).
+        max_evaluations: Search budget (None: :func:`~quantdbg.fallback.search.default_budget`).
+
+    Raises:
+        ConfigError: Unknown strategy, or a budget below 1.
+    """
+
+    sensitivity: SensitivityConfig = field(default_factory=SensitivityConfig)
+    strategy: Strategy = "bisect"
+    precision: Precision = Precision.FP16
+    max_evaluations: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("fallback strategy", self.strategy, STRATEGIES)
+        object.__setattr__(self, "precision", Precision(self.precision))
+        if self.max_evaluations is not None and self.max_evaluations < 1:
+            raise ConfigError(f"max_evaluations must be >= 1 or None, got {self.max_evaluations}.")
+
+
+@dataclass(frozen=True)
+class FallbackResult(Serializable):
+    """What :func:`auto_fallback` produced.
+
+    Its JSON form holds the plan and the report (both with their format tags), not the model.
+
+    Attributes:
+        plan: The search's plan.
+        report: The sensitivity report the search walked.
+        mixed: The mixed-precision model (None when the target is unreachable, or read from JSON).
+    """
+
+    plan: FallbackPlan
+    report: SensitivityReport
+    mixed: QuantizedModel | None
+
+    def __json_encode__(self) -> dict[str, Any]:
+        return {"plan": _json.dump(self.plan), "report": _json.dump(self.report)}
+
+    @classmethod
+    def __json_decode__(cls, data: Any, where: str) -> FallbackResult:
+        if not isinstance(data, dict) or "plan" not in data or "report" not in data:
+            raise _json.fail(where, "an object with a plan and a report", data)
+        return cls(_json.load(FallbackPlan, data["plan"], "plan"),
+                   _json.load(SensitivityReport, data["report"], "report"), None)
+
+
+_DEFAULT = FallbackConfig()
+
+
+def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: FallbackConfig = _DEFAULT, *,
+                  report: SensitivityReport | None = None) -> FallbackResult:
+    """Ranks the layers, searches the smallest fallback set, and verifies it on the real model.
+
+    Search evaluations feed the evaluator's switchable graph (one session, fallback layers exactly
+    FP32); the verification runs the mixed model written by :func:`quantdbg.qdq.remove_qdq` in
+    ``config.precision``. Model-file metrics (commands) get the mixed model in
+    ``config.precision`` at every evaluation.
+
+    Args:
+        evaluator: The FP32 and fully quantized models, the evaluation data, the task metric and
+            the runners (:class:`~quantdbg.sensitivity.VariantEvaluator`); an ``"sqnr"`` target
+            always reads the output SQNR, the others read the evaluator's metric.
+        target: What must hold; a relative-loss target without a reference gets the FP32 model's.
+        config: Ranking and search settings.
+        report: A sensitivity report to walk instead of computing one (same layers).
+
+    Returns:
+        The plan, the report and (unless unreachable) the mixed model.
+
+    Raises:
+        ConfigError: Inconsistent target and metric, or a report for other layers.
+        ModelError: The models do not match their records.
+    """
+    with ExitStack() as stack:
+        scorer = _scorer(evaluator, target, stack)
+        if report is None:
+            report = analyze_sensitivity(scorer.fp_model, scorer.qmodel, scorer.data, config.sensitivity,
+                                         metric=scorer.metric, runner_factory=scorer.runner_factory)
+        elif set(report.ranking) != set(scorer.layers):
+            raise ConfigError("The sensitivity report ranks other layers than the Q/DQ model holds; analyse "
+                              "this model (or pass report=None).")
+        if target.kind == "relative_loss" and target.reference is None:
+            target = target.with_reference(scorer.reference_value())
+        evaluate, verify = _scoring(scorer, config.precision)
+        plan = search_fallback(report, evaluate, target, config.strategy,
+                               max_evaluations=config.max_evaluations, verify=verify)
+    plan = plan.with_precision(config.precision)
+    mixed = None if plan.status == "unreachable" else mixed_model(scorer.qmodel, plan.nodes, config.precision)
+    return FallbackResult(plan, report, mixed)
+
+
+def _scorer(evaluator: VariantEvaluator, target: FallbackTarget, stack: ExitStack) -> VariantEvaluator:
+    """The evaluator the target reads: the output SQNR for an SQNR target, else the given one."""
+    metric = evaluator.metric
+    if target.kind == "sqnr":
+        if isinstance(metric, OutputMetric) and metric.metric == "sqnr" and metric.output is None:
+            return evaluator
+        return stack.enter_context(VariantEvaluator(evaluator.fp_model, evaluator.qmodel, evaluator.data,
+                                                    "sqnr", evaluator.runner_factory))
+    if metric.higher_is_better == target.lower_is_better:
+        direction = "lower" if metric.higher_is_better else "higher"
+        raise ConfigError(f"The target says {direction} is better but metric {metric.name!r} is "
+                          f"{'higher' if metric.higher_is_better else 'lower'}-is-better; make them agree.")
+    return evaluator
+
+
+Score = Callable[[frozenset[str]], float]
+
+
+def _scoring(scorer: VariantEvaluator, precision: Precision) -> tuple[Score, Score]:
+    """``evaluate`` (the switchable graph, or the mixed model for model-file metrics) and ``verify``
+    (the real mixed model) of the search."""
+    task, qmodel, layers = scorer.metric, scorer.qmodel, scorer.layers
+
+    def evaluate(nodes: frozenset[str]) -> float:
+        if task.needs_model:
+            return task.evaluate_model(mixed_model(qmodel, nodes, precision).model)
+        return scorer.run([n for n in layers if n not in nodes]).value
+
+    def verify(nodes: frozenset[str]) -> float:
+        return scorer.run_model(mixed_model(qmodel, nodes, precision).model).value
+
+    return evaluate, verify
+
+
+__all__ = ["FallbackConfig", "FallbackResult", "auto_fallback"]

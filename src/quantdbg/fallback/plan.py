@@ -1,0 +1,233 @@
+"""The result of a fallback search: the layers to keep out of INT8, every evaluation, and the settings
+ModelOpt and TensorRT need to build the same mixed-precision model (``quantdbg.fallback_plan/1``)."""
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from quantdbg import _json
+from quantdbg._json import Serializable
+from quantdbg.backends.tensorrt import EngineBuildSpec, ShapeRange, build_commands, trtexec_command
+from quantdbg.config import Precision
+from quantdbg.data import as_data
+from quantdbg.errors import FormatError, QuantDbgError
+from quantdbg.fallback.target import FallbackTarget
+
+logger = logging.getLogger(__name__)
+
+Strategy = Literal["bisect", "linear"]
+"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`)."""
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+PlanStatus = Literal["met", "unreachable", "verification_failed"]
+Purpose = Literal["search", "prune", "verify"]
+
+
+@dataclass(frozen=True)
+class FallbackEvaluation(Serializable):
+    """One call of ``evaluate`` (or of the verification).
+
+    Attributes:
+        nodes: The fallback set evaluated, in rank order.
+        value: What it returned.
+        met: Whether the target held.
+        purpose: ``"search"`` (prefix gallop/bisection), ``"prune"`` or ``"verify"``.
+    """
+
+    nodes: tuple[str, ...]
+    value: float
+    met: bool
+    purpose: Purpose
+
+
+@dataclass(frozen=True)
+class TensorRTSettings(Serializable):
+    """What a TensorRT build of the mixed-precision model needs.
+
+    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.trtexec_command`. The
+    JSON form (the plan's ``tensorrt`` section) spells the settings out for both builds: strongly
+    typed, builder flags, layer precisions and the two trtexec command lines.
+
+    Attributes:
+        nodes: The fallback nodes (TensorRT names the layers of an ONNX model after its nodes).
+        precision: What they compute in.
+    """
+
+    nodes: tuple[str, ...]
+    precision: Precision
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "precision", Precision(self.precision))
+
+    @property
+    def strongly_typed(self) -> bool:
+        """The build is strongly typed: precisions come from the graph (Q/DQ pairs are INT8,
+        fallback nodes compute in what the model's casts say)."""
+        return True
+
+    @property
+    def builder_flags(self) -> tuple[str, ...]:
+        """For a weakly typed build instead: the precisions to enable."""
+        return ("int8", self.precision.value)
+
+    @property
+    def layer_precisions(self) -> dict[str, str]:
+        """For a weakly typed build: fallback node -> precision (``--layerPrecisions`` together
+        with ``--precisionConstraints=obey``)."""
+        return {node: self.precision.value for node in self.nodes}
+
+    def spec(self, onnx_path: str | os.PathLike = "MIXED.onnx") -> EngineBuildSpec:
+        """The engine build of the mixed model at ``onnx_path`` (no profile, engine or cache)."""
+        return EngineBuildSpec(Path(onnx_path), fallback_nodes=self.nodes, fallback_precision=self.precision)
+
+    def trtexec_args(self, onnx_path: str | os.PathLike = "MIXED.onnx",
+                     strongly_typed: bool = True) -> list[str]:
+        """The trtexec arguments of the build (weakly typed when ``strongly_typed`` is False)."""
+        return shlex.split(trtexec_command(self.spec(onnx_path), strongly_typed=strongly_typed))
+
+    def __json_encode__(self) -> dict[str, Any]:
+        return {"strongly_typed": self.strongly_typed, "builder_flags": list(self.builder_flags),
+                "layer_precisions": self.layer_precisions,
+                "trtexec": trtexec_command(self.spec()),
+                "trtexec_weakly_typed": trtexec_command(self.spec(), strongly_typed=False)}
+
+    @classmethod
+    def __json_decode__(cls, data: Any, where: str) -> TensorRTSettings:
+        if not isinstance(data, dict):
+            raise _json.fail(where, "an object (TensorRTSettings)", data)
+        flags = _json.decode(tuple[str, ...], data.get("builder_flags", ()), _at(where, "builder_flags"))
+        layers = _json.decode(Mapping[str, str], data.get("layer_precisions", {}),
+                              _at(where, "layer_precisions"))
+        precision = flags[-1] if flags else Precision.FP16.value
+        return _json.construct(cls, {"nodes": tuple(layers), "precision": precision}, where)
+
+
+def _at(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+@_json.document("quantdbg.fallback_plan", 1)
+@dataclass(frozen=True)
+class FallbackPlan(Serializable):
+    """The result of a fallback search (the ``quantdbg.fallback_plan/1`` document).
+
+    Attributes:
+        status: ``"met"``; ``"unreachable"`` (even every ranked node out of INT8 misses the target;
+            ``value`` is the best achieved); ``"verification_failed"`` (the search's set passed but
+            the verification run of the final model did not).
+        nodes: Nodes to keep out of INT8, in rank order.
+        target: The target.
+        value: The verified value of the final set (the best value seen when unreachable).
+        strategy: Search strategy used.
+        ranking: The ranking searched, most sensitive first.
+        evaluations: Every evaluation, in order, the verification last.
+        budget: Maximum number of search/prune evaluations allowed.
+        minimal: True when no single node of ``nodes`` can be dropped (every removal was seen,
+            or follows by monotonicity, to miss the target).
+        precision: Precision the fallback nodes compute in.
+        message: One human-readable sentence on the outcome.
+        build: Once the mixed model is written: the TensorRT engine build of it
+            (:class:`quantdbg.backends.tensorrt.EngineBuildSpec` and its trtexec / Polygraphy
+            commands, as JSON-ready dicts), else None.
+    """
+
+    status: PlanStatus
+    nodes: tuple[str, ...]
+    target: FallbackTarget
+    value: float
+    strategy: Strategy
+    ranking: tuple[str, ...]
+    evaluations: tuple[FallbackEvaluation, ...]
+    budget: int
+    minimal: bool
+    precision: Precision = Precision.FP16
+    message: str = ""
+    build: Mapping[str, Any] | None = None
+
+    @property
+    def n_evaluations(self) -> int:
+        """Full evaluations made by the search (verification excluded)."""
+        return sum(1 for e in self.evaluations if e.purpose != "verify")
+
+    @property
+    def nodes_to_exclude(self) -> list[str]:
+        """ModelOpt's ``nodes_to_exclude`` argument (``modelopt.onnx.quantization.quantize``)."""
+        return list(self.nodes)
+
+    @property
+    def tensorrt(self) -> TensorRTSettings:
+        """Settings for a TensorRT build of the mixed model."""
+        return TensorRTSettings(self.nodes, self.precision)
+
+    def with_precision(self, precision: Precision) -> FallbackPlan:
+        """The same plan with another fallback precision."""
+        return replace(self, precision=Precision(precision))
+
+    def with_build(self, model_path: str | os.PathLike, data: Any = None) -> FallbackPlan:
+        """The same plan with the TensorRT build of the mixed model written at ``model_path``.
+
+        Args:
+            model_path: The mixed-precision model file.
+            data: Feeds whose shapes give the optimization profile of dynamic inputs (e.g. the
+                evaluation data); None uses batch 1/8/32 for batch-only dynamic inputs.
+
+        Returns:
+            The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
+            is logged).
+        """
+        path = Path(model_path)
+        try:
+            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data),
+                                              engine=path.with_suffix(".engine"), fallback_nodes=self.nodes,
+                                              fallback_precision=self.precision)
+        except QuantDbgError as err:
+            logger.warning("no TensorRT build commands in the plan: %s", err)
+            return self
+        return replace(self, build={"spec": spec.to_dict(), "commands": build_commands(spec).to_dict()})
+
+    def __json_encode__(self) -> dict[str, Any]:
+        # The build goes in the derived "tensorrt" section, beside ModelOpt's settings.
+        out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self) if f.name != "build"}
+        return {**out, "n_evaluations": self.n_evaluations,
+                "modelopt": {"nodes_to_exclude": self.nodes_to_exclude},
+                "tensorrt": {**_json.encode(self.tensorrt), "build": _json.encode(self.build)}}
+
+    @classmethod
+    def __json_decode__(cls, data: Any, where: str) -> FallbackPlan:
+        if not isinstance(data, dict):
+            raise _json.fail(where, "an object (FallbackPlan)", data)
+        stored = [f for f in fields(cls) if f.name != "build"]
+        for f in stored:
+            if f.name not in data and f.default is MISSING:
+                raise FormatError(f"field {_at(where, f.name)!r} is missing")
+        hints = typing.get_type_hints(cls)
+        values = {f.name: _json.decode(hints[f.name], data[f.name], _at(where, f.name))
+                  for f in stored if f.name in data}
+        tensorrt = data.get("tensorrt")
+        build = tensorrt.get("build") if isinstance(tensorrt, dict) else None
+        values["build"] = _json.decode(hints["build"], build, _at(where, "tensorrt.build"))
+        return _json.construct(cls, values, where)
+
+
+def _profile_from(data: Any) -> dict[str, ShapeRange]:
+    """Min / opt (first feed) / max shapes of every input over the feeds of ``data``."""
+    if data is None:
+        return {}
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    for feed in as_data(data):
+        for name, value in feed.items():
+            shapes.setdefault(name, []).append(tuple(int(d) for d in np.shape(value)))
+    return {name: ShapeRange(tuple(map(min, zip(*seen, strict=True))), seen[0],
+                             tuple(map(max, zip(*seen, strict=True))))
+            for name, seen in shapes.items() if len({len(s) for s in seen}) == 1}
+
+
+__all__ = ["STRATEGIES", "FallbackEvaluation", "FallbackPlan", "PlanStatus", "Purpose", "Strategy",
+           "TensorRTSettings"]

@@ -1,0 +1,69 @@
+"""What a sensitivity analysis measures and how it runs: the mode vocabulary and SensitivityConfig.
+
+The modes, from cheapest to most faithful:
+
+* ``local``: each layer's own output error when it reads FP32 inputs through its Q/DQ pairs --
+  one pass of a graph holding the FP32 model plus a quantized clone per layer (about 2x one FP32
+  pass), the cheap ranking for large models;
+* ``cumulative``: every intermediate tensor of the fully quantized model against FP32, paired
+  through the records and node identities; a layer's score is the noise it adds (output
+  noise-to-signal ratio minus that of its inputs), showing where error grows and where it jumps;
+* ``isolated``: only that layer's pairs active, everything else FP32 (one pass per layer);
+* ``leave-one-out``: everything quantized except that layer (one pass per layer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from quantdbg._json import Serializable
+from quantdbg.errors import ConfigError, check_choice
+
+Mode = Literal["isolated", "leave-one-out", "local", "cumulative"]
+"""A sensitivity analysis mode (see the module docstring)."""
+
+MODES: tuple[Mode, ...] = get_args(Mode)
+"""Every mode, for choices lists (the CLI's ``--mode``)."""
+
+EVIDENCE_BATCHES = 2
+"""Default batches of the analysis data the calibrator comparison runs on (it needs no full pass)."""
+
+
+@dataclass(frozen=True)
+class SensitivityConfig(Serializable):
+    """How :func:`~quantdbg.sensitivity.analyze_sensitivity` ranks the quantized layers.
+
+    Attributes:
+        mode: ``"local"``, ``"cumulative"``, ``"isolated"`` or ``"leave-one-out"`` (module doc).
+        jobs: Processes evaluating isolated / leave-one-out variants in parallel (each with its
+            own session).
+        evidence: Add the weight / activation / calibrator evidence to every layer.
+        evidence_batches: Batches of the data the calibrator comparison of the evidence runs on.
+        progress: Show progress bars (else log lines at DEBUG).
+        results_path: JSON file holding the sweep's progress and then the report; a sweep
+            interrupted earlier resumes from it (it must belong to the same models, data, mode and
+            metric). None: nothing is written.
+
+    Raises:
+        ConfigError: Unknown mode, or ``jobs`` / ``evidence_batches`` below 1.
+    """
+
+    mode: Mode = "local"
+    jobs: int = 1
+    evidence: bool = True
+    evidence_batches: int = EVIDENCE_BATCHES
+    progress: bool = False
+    results_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("sensitivity mode", self.mode, MODES)
+        if self.jobs < 1:
+            raise ConfigError(f"jobs must be >= 1, got {self.jobs}.")
+        if self.evidence_batches < 1:
+            raise ConfigError(f"evidence_batches must be >= 1, got {self.evidence_batches}.")
+        if self.results_path is not None:
+            object.__setattr__(self, "results_path", Path(self.results_path))
+
+
+__all__ = ["EVIDENCE_BATCHES", "MODES", "Mode", "SensitivityConfig"]
