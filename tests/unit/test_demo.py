@@ -66,6 +66,7 @@ def test_run_demo_refuses_a_missing_folder(tmp_path):
 
 
 def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
+    pytest.importorskip("matplotlib", reason="the demo's HTML report needs the [report] extra (matplotlib)")
     result = run_demo(tmp_path, min_sqnr_db=40.0, threads=1)
     fp32, int8, mixed = result.scores
     assert (fp32.name, int8.name, mixed.name) == ("FP32", "INT8", "mixed")
