@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--data", required=True, metavar="CALIB.npz",
                         help=".npz mapping each model input name to its samples (axis 0).")
     parser.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
-                        help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin calibrator; "
-                             "default: entropy).")
+                        help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin "
+                             "calibrator; default: entropy).")
     parser.add_argument("--out", required=True, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per calibration batch (scales do not depend on it; default 32).")
