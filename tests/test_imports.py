@@ -1,10 +1,13 @@
 """Every module imports without the optional extras, and `import quantdbg` stays light."""
 from __future__ import annotations
 
+import importlib
 import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import quantdbg
 
@@ -51,6 +54,21 @@ def test_optional_import_names_the_extra():
     assert "install `quantdbg[tensorrt]`" in result.stdout
 
 
-def test_public_names_resolve():
+def test_public_names_are_their_packages_documented_objects():
+    """Each name of ``quantdbg.__all__`` is the very object the package (or top-level module) that
+    defines it exports under that name, with a docstring: no stale mapping, no copy, no stand-in."""
     for name in quantdbg.__all__:
-        assert getattr(quantdbg, name) is not None, name
+        obj = getattr(quantdbg, name)
+        stage = ".".join(obj.__module__.split(".")[:2])  # quantdbg.<package or top-level module>
+        home = importlib.import_module(stage)
+        assert getattr(home, name) is obj, f"quantdbg.{name} is not {stage}.{name}"
+        if hasattr(home, "__path__"):  # a package: the name is part of its declared API
+            assert name in home.__all__, f"{stage} does not list {name} in __all__"
+        assert obj.__name__ == name and (obj.__doc__ or "").strip(), name
+    assert sorted(quantdbg.__all__) == sorted(set(quantdbg.__all__))
+    assert set(quantdbg.__all__) <= set(dir(quantdbg))
+
+
+def test_unknown_public_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match=r"^module 'quantdbg' has no attribute 'no_such_name'$"):
+        quantdbg.no_such_name  # noqa: B018

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-nbclient = pytest.importorskip("nbclient")
-nbformat = pytest.importorskip("nbformat")
-pytest.importorskip("ipykernel")
+nbclient = pytest.importorskip("nbclient", reason="running notebooks needs nbclient (the [dev] extra)")
+nbformat = pytest.importorskip("nbformat", reason="running notebooks needs nbformat (the [dev] extra)")
+pytest.importorskip("ipykernel", reason="running notebooks needs ipykernel (the [dev] extra)")
+pytest.importorskip("pandas", reason="the walkthrough's tables need the [report] extra (pandas)")
+pytest.importorskip("matplotlib", reason="the walkthrough's plots need the [report] extra (matplotlib)")
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "walkthrough.ipynb"
 

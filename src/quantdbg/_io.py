@@ -2,13 +2,44 @@
 the caller named a path."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, QuantDbgError
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, error: type[QuantDbgError] = ConfigError) -> Iterator[Path]:
+    """Yields a temporary path beside ``path`` to write; on success it is renamed over ``path``.
+
+    A failure inside the ``with`` block removes the temporary file and leaves ``path`` as it was.
+
+    Args:
+        path: The destination; its folder must exist.
+        error: The error type for a missing folder (e.g. ModelError when writing a model).
+
+    Yields:
+        The temporary file's path (an empty file).
+
+    Raises:
+        QuantDbgError: ``error``, when the destination folder does not exist.
+    """
+    dest = Path(path)
+    if not dest.parent.is_dir():
+        raise error(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        publish(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
@@ -17,18 +48,9 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
     Raises:
         ConfigError: The destination folder does not exist.
     """
-    dest = Path(path)
-    if not dest.parent.is_dir():
-        raise ConfigError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        publish(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return dest
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
 
 
 def publish(tmp: str | os.PathLike, dest: str | os.PathLike) -> None:

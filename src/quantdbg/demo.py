@@ -185,7 +185,6 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     """
     from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
     from quantdbg.diagnostics import DoctorConfig, diagnose
-    from quantdbg.evaluation import compare_arrays
     from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
     from quantdbg.qdq import quantize
     from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
@@ -204,7 +203,7 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     doctor = diagnose(emb.model_path, emb.calib, emb.eval_inputs, DoctorConfig(threads=threads),
                       progress=progress)
     n_layers = len(qmodel.layers)
-    scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.fallback), threads, compare_arrays)
+    scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.fallback), threads)
     bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
     files = _write(folder, bundle, qmodel, mixed, plan)
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
@@ -221,13 +220,16 @@ def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
     return folder
 
 
-def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_fallback: int, threads: int,
-            compare: Any) -> tuple[VariantScore, ...]:
+def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_fallback: int,
+            threads: int) -> tuple[VariantScore, ...]:
+    """FP32, INT8 and mixed precision: top-1 on the evaluation set, and logits SQNR against FP32."""
+    from quantdbg.evaluation import compare_arrays
+
     fp_top1, ref = _top1(str(emb.model_path), emb.eval_inputs, emb.labels, threads)
     found = [VariantScore("FP32", 0, fp_top1, math.inf)]
     for name, model, count in (("INT8", int8, n_layers), ("mixed", mixed, n_layers - n_fallback)):
         top1, logits = _top1(model, emb.eval_inputs, emb.labels, threads)
-        found.append(VariantScore(name, count, top1, float(compare(ref, logits).sqnr_db)))
+        found.append(VariantScore(name, count, top1, float(compare_arrays(ref, logits).sqnr_db)))
     return tuple(found)
 
 

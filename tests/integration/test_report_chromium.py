@@ -83,6 +83,7 @@ class _Dom(HTMLParser):
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
+    pytest.importorskip("matplotlib", reason="plots need the [report] extra (matplotlib)")
     folder = tmp_path_factory.mktemp("chromium")
     results = models_doctor.report_results()
     page = folder / "report.html"

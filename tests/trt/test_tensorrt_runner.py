@@ -13,6 +13,7 @@ pytest.importorskip("tensorrt", reason="TensorRT is not installed: its wheels co
 
 import models_lint  # noqa: E402
 
+from quantdbg.backends import available, make_runner_factory  # noqa: E402
 from quantdbg.backends.tensorrt import TrtConfig, TrtRunner, build_engine  # noqa: E402
 from quantdbg.errors import BackendError, DataError  # noqa: E402
 
@@ -30,6 +31,13 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def _layers_of(layers, node: str):
     return [layer for layer in layers if node in layer.onnx_nodes or node in layer.name]
+
+
+def test_backend_is_listed_and_its_factory_makes_trt_runners():
+    assert available() == ["onnxrt", "tensorrt"]
+    config = TrtConfig(batch=(1, 2, 4))
+    runner = make_runner_factory("tensorrt", config)(models_lint.clean_conv_block())
+    assert isinstance(runner, TrtRunner) and runner.config is config and not runner.is_active
 
 
 def test_int8_engine_matches_onnxruntime(rng, ort_outputs):
@@ -78,14 +86,31 @@ def test_engine_save_then_load_gives_identical_outputs(rng, tmp_path):
         np.testing.assert_array_equal(runner.infer(feed)["y"], first)
 
 
+def _timing_entries(path) -> dict[str, tuple[int, float]]:
+    """Key -> (tactic hash, measured time) of every entry of a timing-cache file, read by TensorRT."""
+    import tensorrt as trt
+
+    builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
+    cache = builder.create_builder_config().create_timing_cache(path.read_bytes())
+    return {str(key): (int(value.tacticHash), float(value.timingMSec))
+            for key in cache.queryKeys() for value in (cache.query(key),)}
+
+
 def test_timing_cache_is_written_and_reused(tmp_path):
     cache = tmp_path / "timing.cache"
     config = TrtConfig(batch=(1, 1, 2), timing_cache=cache)
     assert build_engine(models_lint.clean_conv_block(), config)
-    size = cache.stat().st_size
-    assert size > 0
+    first_bytes = cache.read_bytes()
+    first = _timing_entries(cache)
+    assert first, "the first build timed no tactic into the cache"
     assert build_engine(models_lint.clean_conv_block(), config)  # loads the cache it wrote
-    assert cache.stat().st_size >= size
+    second_bytes = cache.read_bytes()
+    second = _timing_entries(cache)
+    assert len(second_bytes) >= len(first_bytes)
+    # A build that reads the cache takes each cached tactic without timing it again, so every entry
+    # comes back with the very time measured by the first build. A build that ignored the file would
+    # time every tactic afresh and write new measurements (GPU timings never repeat to the last bit).
+    assert {key: second.get(key) for key in first} == first
 
 
 def test_parser_errors_name_the_node():

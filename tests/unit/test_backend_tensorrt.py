@@ -28,7 +28,7 @@ from quantdbg.backends.tensorrt import (
     resolve_profile,
     type_of_format,
 )
-from quantdbg.errors import BackendError, ConfigError
+from quantdbg.errors import BackendError, ConfigError, FormatError
 from quantdbg.model import TensorSpec
 
 # A TensorRT 10 engine document shaped like the Developer Guide's example (kDETAILED verbosity).
@@ -205,6 +205,34 @@ def test_trt_config_round_trip_and_immutability(tmp_path):
     assert TrtConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     with pytest.raises(TypeError):
         config.shapes["y"] = ShapeRange((1,), (1,), (1,))  # type: ignore[index]
+
+
+def test_json_keeps_the_keys_earlier_files_were_written_with(tmp_path):
+    config = TrtConfig(batch=(1, 2, 4), shapes={"x": ShapeRange((1, 3), (2, 3), (4, 3))}, tf32=False,
+                       timing_cache="t.cache", save_engine="e.plan")
+    assert json.loads(json.dumps(config.to_dict())) == {
+        "batch": [1, 2, 4], "shapes": {"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}},
+        "workspace_bytes": None, "builder_optimization_level": 3, "tf32": False, "timing_cache": "t.cache",
+        "save_engine": "e.plan", "load_engine": None}
+    assert LayerPrecision("a", "b", "INT8", ("i",), ("o",), "t", ("n",)).to_dict() == {
+        "name": "a", "layer_type": "b", "precision": "INT8", "input_formats": ["i"], "output_formats": ["o"],
+        "tactic": "t", "onnx_nodes": ["n"]}
+    # The summary statistics are written for readers and ignored (recomputed) when read back.
+    latency = {"times_ms": [3.0, 1.0, 2.0, 10.0], "input_shapes": {"x": [4, 16, 8, 8]}, "mean_ms": 4.0,
+               "median_ms": 2.5, "p90_ms": 10.0, "min_ms": 1.0, "max_ms": 10.0}
+    assert LatencyResult((3.0, 1.0, 2.0, 10.0), {"x": (4, 16, 8, 8)}).to_dict() == latency
+    assert LatencyResult.from_dict({**latency, "mean_ms": 99.0}).mean_ms == 4.0
+
+
+def test_shape_range_round_trip_and_malformed_json_names_the_field():
+    rng = ShapeRange((1, 3, 8), (4, 3, 8), (16, 3, 8))
+    assert ShapeRange.from_dict(json.loads(json.dumps(rng.to_dict()))) == rng
+    with pytest.raises(FormatError, match=r"field 'batch': expected a list of 3 items"):
+        TrtConfig.from_dict({"batch": [1, 2]})
+    with pytest.raises(FormatError, match=r"field 'shapes.x.opt' is missing"):
+        TrtConfig.from_dict({"shapes": {"x": {"min": [1], "max": [2]}}})
+    with pytest.raises(FormatError, match=r"field 'shapes.x': ShapeRange needs min <= opt <= max"):
+        TrtConfig.from_dict({"shapes": {"x": {"min": [2], "opt": [1], "max": [3]}}})
 
 
 def _run(code: str, pythonpath: str | None = None) -> str:

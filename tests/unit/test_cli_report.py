@@ -24,6 +24,7 @@ def conv_files(tmp_path, rng):
 
 
 def test_report_renders_html_and_markdown(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the HTML report's plots need the [report] extra (matplotlib)")
     plan_json = tmp_path / "plan.json"
     from quantdbg.fallback import FallbackTarget, search_fallback
 
@@ -88,6 +89,7 @@ def test_demo_rejects_bad_threads(capsys):
 
 
 def test_demo_prints_the_table_and_the_report_path(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the demo's HTML report needs the [report] extra (matplotlib)")
     out = tmp_path / "new" / "demo"
     assert main(["demo", "--out", str(out), "--threads", "1", "--no-progress"]) == 0
     text = capsys.readouterr().out

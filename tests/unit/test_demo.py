@@ -9,7 +9,15 @@ import numpy as np
 import onnx
 import pytest
 
-from quantdbg.demo import INPUT_NAME, OUTPUT_NAME, load_embedded, preprocess_digits, run_demo
+from quantdbg.demo import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    DemoResult,
+    VariantScore,
+    load_embedded,
+    preprocess_digits,
+    run_demo,
+)
 from quantdbg.errors import ConfigError, DataError
 from quantdbg.report import ReportBundle, load_result
 
@@ -66,6 +74,7 @@ def test_run_demo_refuses_a_missing_folder(tmp_path):
 
 
 def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
+    pytest.importorskip("matplotlib", reason="the demo's HTML report needs the [report] extra (matplotlib)")
     result = run_demo(tmp_path, min_sqnr_db=40.0, threads=1)
     fp32, int8, mixed = result.scores
     assert (fp32.name, int8.name, mixed.name) == ("FP32", "INT8", "mixed")
@@ -84,3 +93,20 @@ def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
     assert weighted - set(result.fallback) <= fed_by_dq  # every other layer kept them
     text = result.summary_text()
     assert all(name in text for name in result.fallback)
+
+
+def test_summary_text_is_the_table_the_readme_shows():
+    scores = (VariantScore("FP32", 0, 536 / 540, math.inf), VariantScore("INT8", 8, 536 / 540, 34.94),
+              VariantScore("mixed", 6, 536 / 540, 42.81))
+    result = DemoResult(scores, 8, (("conv2/Conv", 36.04), ("fc2/Gemm", 44.8)), ("conv2/Conv", "fc2/Gemm"),
+                        bundle=None, files={}, seconds=1.0)
+    assert result.summary_text() == (
+        "model     INT8 layers    top-1  logits SQNR vs FP32\n"
+        "FP32              0/8   99.26%                    -\n"
+        "INT8              8/8   99.26%              34.9 dB\n"
+        "mixed             6/8   99.26%              42.8 dB\n"
+        "top culprit layers (output SQNR with only that layer in INT8): "
+        "conv2/Conv 36.0 dB, fc2/Gemm 44.8 dB\n"
+        "kept out of INT8 by the fallback search: conv2/Conv, fc2/Gemm\n")
+    nothing_kept = DemoResult(scores[:1], 8, (), (), bundle=None, files={}, seconds=1.0)
+    assert nothing_kept.summary_text().endswith("kept out of INT8 by the fallback search: none\n")

@@ -20,7 +20,7 @@ from quantdbg.backends.tensorrt import (
     trtexec_command,
 )
 from quantdbg.config import Precision
-from quantdbg.errors import ConfigError, ModelError
+from quantdbg.errors import ConfigError, FormatError, ModelError
 
 SPEC = EngineBuildSpec(
     model=Path("/data/my models/mixed.onnx"),
@@ -100,6 +100,24 @@ def test_build_commands_and_script():
 
 def test_spec_json_round_trip():
     assert EngineBuildSpec.from_dict(json.loads(json.dumps(SPEC.to_dict()))) == SPEC
+    minimal = EngineBuildSpec(Path("m.onnx"), fallback_precision=Precision.FP32)
+    assert EngineBuildSpec.from_dict(json.loads(json.dumps(minimal.to_dict()))) == minimal
+
+
+def test_spec_and_commands_json_keep_their_keys():
+    """Fallback plans embed these dicts: the keys and value forms files were written with stay."""
+    assert EngineBuildSpec(Path("m.onnx"), {"x": ShapeRange((1, 7), (2, 7), (4, 7))},
+                           engine=Path("e.plan"), fallback_nodes=("a",)).to_dict() == {
+        "model": "m.onnx", "shapes": {"x": {"min": [1, 7], "opt": [2, 7], "max": [4, 7]}}, "engine": "e.plan",
+        "timing_cache": None, "layer_info": None, "fallback_nodes": ["a"], "fallback_precision": "fp16",
+        "workspace_mib": None, "builder_optimization_level": None, "tf32": True}
+    commands = BuildCommands("t", "c", "r")
+    assert commands.to_dict() == {"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r",
+                                  "comment": ""}
+    assert BuildCommands.from_dict({"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r"}) \
+        == commands  # written before the comment existed
+    with pytest.raises(FormatError, match=r"field 'fallback_precision': expected one of"):
+        EngineBuildSpec.from_dict({**SPEC.to_dict(), "fallback_precision": "int4"})
 
 
 def test_from_model_fills_the_batch_range(tmp_path):

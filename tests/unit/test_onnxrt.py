@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import models
 import numpy as np
@@ -19,7 +22,7 @@ from quantdbg.backends import (
     available,
     make_runner_factory,
 )
-from quantdbg.errors import BackendError, ConfigError, DataError, MissingDependencyError
+from quantdbg.errors import BackendError, ConfigError, DataError, FormatError, MissingDependencyError
 
 ONE_THREAD = OrtConfig(intra_op_num_threads=1)
 
@@ -133,6 +136,14 @@ def test_config_validation(kwargs, message):
 def test_config_json_round_trip():
     config = OrtConfig(intra_op_num_threads=1, inter_op_num_threads=2, graph_optimization_level="basic")
     assert OrtConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    assert config.to_dict() == {"providers": ["CPUExecutionProvider"], "intra_op_num_threads": 1,
+                                "inter_op_num_threads": 2, "graph_optimization_level": "basic",
+                                "log_severity_level": 3, "fuse_qdq": False}
+    assert OrtConfig.from_dict({}) == OrtConfig()
+    gpu = OrtConfig(providers=("CUDAExecutionProvider", "CPUExecutionProvider"), fuse_qdq=True)
+    assert OrtConfig.from_dict(json.loads(json.dumps(gpu.to_dict()))) == gpu
+    with pytest.raises(FormatError, match=r"field 'providers\[0\]': expected one of"):
+        OrtConfig.from_dict({"providers": ["GPU"]})
 
 
 def test_disabled_optimizations_still_compute_the_same(rng):
@@ -142,15 +153,36 @@ def test_disabled_optimizations_still_compute_the_same(rng):
         np.testing.assert_allclose(r.infer({"x": x})["y"], conv_relu_numpy(model, x), rtol=1e-5, atol=1e-5)
 
 
-def test_available_backends():
-    names = available()
-    assert names[0] == "onnxrt"
-    try:
-        import tensorrt
-        usable = hasattr(tensorrt, "Builder")
-    except ImportError:
-        usable = False
-    assert ("tensorrt" in names) == usable
+def _backends_where_tensorrt_is(tensorrt: str, tmp_path) -> str:
+    """What ``available()`` and ``make_runner_factory("tensorrt")`` say in a fresh interpreter where
+    ``import tensorrt`` fails (``tensorrt="missing"``) or finds a folder of .pyi stubs only
+    (``"stubs"``, what ``pip install tensorrt-stubs`` leaves), whatever this machine has installed."""
+    (tmp_path / "tensorrt").mkdir()
+    (tmp_path / "tensorrt" / "__init__.pyi").write_text("class Builder: ...\n")
+    code = textwrap.dedent(f"""
+        import importlib.machinery, sys
+        class Finder:
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] not in ('tensorrt', 'cuda'):
+                    return None
+                if {tensorrt!r} == 'missing' or name != 'tensorrt':
+                    raise ImportError('blocked for test: ' + name)
+                return importlib.machinery.PathFinder.find_spec(name, [{str(tmp_path)!r}])
+        sys.meta_path.insert(0, Finder())
+        from quantdbg.backends import available, make_runner_factory
+        from quantdbg.errors import MissingDependencyError
+        print(available())
+        try:
+            make_runner_factory('tensorrt')
+        except MissingDependencyError as err:
+            print(type(err).__name__)
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("tensorrt", ["missing", "stubs"])
+def test_available_backends_without_tensorrt_bindings(tensorrt, tmp_path):
+    assert _backends_where_tensorrt_is(tensorrt, tmp_path) == "['onnxrt']\nMissingDependencyError\n"
 
 
 def test_runner_factory(rng):

@@ -28,3 +28,13 @@ def test_disabled_progress_logs_at_debug_only(caplog):
     with caplog.at_level(logging.INFO, logger="quantdbg"):
         list(_progress.track([1, 2, 3], desc="calibration"))
     assert caplog.records == []
+
+
+def test_with_tqdm_a_bar_is_drawn_on_stderr_and_nothing_logged(capsys, caplog):
+    pytest.importorskip("tqdm", reason="the progress bar needs the [report] extra (tqdm)")
+    with caplog.at_level(logging.DEBUG, logger="quantdbg"):
+        assert list(_progress.track(range(3), total=3, desc="calibration", enabled=True)) == [0, 1, 2]
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "calibration:" in captured.err and "0/3 [" in captured.err and "batch/s" in captured.err
+    assert caplog.records == []

@@ -51,6 +51,7 @@ def test_json_round_trip_through_a_file(results, kind, tmp_path):
 
 
 def test_html_is_self_contained_with_decodable_plots(results):
+    pytest.importorskip("matplotlib", reason="plots need the [report] extra (matplotlib)")
     page = report.render_html(results["bundle"])
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert "<script" not in page
@@ -71,6 +72,7 @@ def test_sensitivity_table_lists_every_layer_in_rank_order(results):
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "bundle"])
 def test_markdown_has_the_primary_table_with_every_row(results, kind):
+    pytest.importorskip("pandas", reason="DataFrames need the [report] extra (pandas)")
     result = results[kind]
     text = report.render_markdown(result)
     frame_rows = len(report.to_dataframe(result))
@@ -84,6 +86,7 @@ def test_markdown_has_the_primary_table_with_every_row(results, kind):
 
 
 def test_dataframe_holds_raw_values(results):
+    pytest.importorskip("pandas", reason="DataFrames need the [report] extra (pandas)")
     sensitivity = results["sensitivity"]
     frame = report.to_dataframe(sensitivity)
     assert list(frame["node"]) == list(sensitivity.ranking)
@@ -161,6 +164,7 @@ def test_section_anchors_are_unique_in_a_bundle(results):
 
 
 def test_plots_are_deterministic():
+    pytest.importorskip("matplotlib", reason="plots need the [report] extra (matplotlib)")
     draw = lambda: report_plots.ranking_chart(["a", "b"], [2.0, 1.0], "x", highlight=["a"])  # noqa: E731
     assert draw() == draw()
 

@@ -6,10 +6,8 @@ TensorRT.
 from __future__ import annotations
 
 import difflib
-import importlib
 from typing import Any, Literal
 
-from quantdbg._optional import is_available, load
 from quantdbg.backends.base import Runner, RunnerFactory
 from quantdbg.backends.onnxrt import OnnxrtRunner, OnnxrtRunnerFactory, OrtConfig
 from quantdbg.errors import ConfigError, MissingDependencyError
@@ -34,7 +32,13 @@ def available() -> list[str]:
 
 
 def _tensorrt_usable() -> bool:
-    return is_available("tensorrt") and hasattr(load("tensorrt", "tensorrt"), "Builder")
+    from quantdbg.backends.tensorrt.bindings import load_tensorrt  # imports tensorrt, if anything
+
+    try:
+        load_tensorrt()
+    except MissingDependencyError:
+        return False
+    return True
 
 
 def make_runner_factory(backend: BackendName = "onnxrt", config: Any = None) -> RunnerFactory:
@@ -53,16 +57,15 @@ def make_runner_factory(backend: BackendName = "onnxrt", config: Any = None) -> 
         MissingDependencyError: ``tensorrt`` was asked for and cannot be imported.
     """
     if backend == "onnxrt":
-        from quantdbg.backends.onnxrt import OnnxrtRunnerFactory, OrtConfig
-
         if config is None:
             return OnnxrtRunnerFactory()
         if not isinstance(config, OrtConfig):
             raise ConfigError(f"The onnxrt backend takes an OrtConfig, got {type(config).__name__}.")
         return OnnxrtRunnerFactory(config)
     if backend == "tensorrt":
-        module = importlib.import_module("quantdbg.backends.tensorrt.runner")  # imports no tensorrt itself
-        if config is not None and not isinstance(config, module.TrtConfig):
+        from quantdbg.backends.tensorrt.config import TrtConfig  # plain Python: imports no tensorrt
+
+        if config is not None and not isinstance(config, TrtConfig):
             raise ConfigError(f"The tensorrt backend takes a TrtConfig, got {type(config).__name__}.")
         if not _tensorrt_usable():
             raise MissingDependencyError(
@@ -76,13 +79,12 @@ def make_runner_factory(backend: BackendName = "onnxrt", config: Any = None) -> 
 
 
 class _TrtRunnerFactory(RunnerFactory):
-    """Makes TensorRT runners; the TensorRT backend module is imported on first call."""
+    """Makes TensorRT runners; the TensorRT runner module is imported on first call."""
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
 
     def __call__(self, model: Any) -> Runner:
-        module = importlib.import_module("quantdbg.backends.tensorrt.runner")
-        if self.config is None:
-            return module.TrtRunner(model)
-        return module.TrtRunner(model, self.config)
+        from quantdbg.backends.tensorrt.runner import TrtRunner  # imports tensorrt only when activated
+
+        return TrtRunner(model, self.config)

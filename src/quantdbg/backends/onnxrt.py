@@ -5,7 +5,6 @@ import difflib
 import os
 import re
 import tempfile
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -13,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import onnx
 
+from quantdbg._json import Serializable
 from quantdbg.backends.base import Runner, RunnerFactory
 from quantdbg.errors import BackendError, ConfigError, QuantDbgError, unknown
 from quantdbg.model import TensorSpec, fits_in_protobuf, input_specs, output_specs
@@ -29,7 +29,7 @@ ModelInput = onnx.ModelProto | str | os.PathLike
 
 
 @dataclass(frozen=True)
-class OrtConfig:
+class OrtConfig(Serializable):
     """ONNX Runtime session settings.
 
     Attributes:
@@ -75,20 +75,6 @@ class OrtConfig:
                                   f"got {getattr(self, name)}.")
         if not 0 <= self.log_severity_level <= 4:
             raise ConfigError(f"log_severity_level must be in 0..4, got {self.log_severity_level}.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the settings as JSON-ready data."""
-        return {"providers": list(self.providers), "intra_op_num_threads": self.intra_op_num_threads,
-                "inter_op_num_threads": self.inter_op_num_threads,
-                "graph_optimization_level": self.graph_optimization_level,
-                "log_severity_level": self.log_severity_level, "fuse_qdq": self.fuse_qdq}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OrtConfig:
-        """Rebuilds the settings from :meth:`to_dict` output."""
-        values = dict(data)
-        values["providers"] = tuple(values.get("providers", ("CPUExecutionProvider",)))
-        return cls(**values)
 
 
 class OnnxrtRunner(Runner):

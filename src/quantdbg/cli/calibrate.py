@@ -7,13 +7,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
+from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError
+from quantdbg.qdq import quantize, write_scales_json, write_trt_cache
 
-_METHODS_HELP = "minmax, entropy, percentile, mse, or a plugin calibrator"
+# TensorRT's name for a pure max calibration, written in the cache header; every other calibration
+# keeps the cache writer's default header.
+_MINMAX_HEADER = "MinMaxCalibration"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``calibrate`` subcommand to ``sub``."""
+    methods = available_calibrators()
     parser = sub.add_parser(
         "calibrate", help="Calibrate an FP32 ONNX model and write its INT8 Q/DQ model.",
         description="Calibrate an FP32 ONNX model on representative inputs and write the Q/DQ model "
@@ -21,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
     parser.add_argument("--data", required=True, metavar="CALIB.npz",
                         help=".npz mapping each model input name to its samples (axis 0).")
-    parser.add_argument("--method", default="entropy", metavar="{minmax,entropy,percentile,mse}",
-                        help=f"Default calibrator for activations ({_METHODS_HELP}; default: entropy).")
+    parser.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
+                        help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin "
+                             "calibrator; default: entropy).")
     parser.add_argument("--out", required=True, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per calibration batch (scales do not depend on it; default 32).")
@@ -49,9 +56,6 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    from quantdbg.config import QuantConfig
-    from quantdbg.qdq import quantize
-
     outputs = _check_paths(args)
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
     if args.batch_size < 1:
@@ -88,7 +92,7 @@ def _check_paths(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def calib_config(method: str, per_op: Sequence[str], per_tensor: Sequence[str],
-                 percentile: float | None) -> Any:
+                 percentile: float | None) -> CalibConfig:
     """Builds the CalibConfig the command-line options describe.
 
     Args:
@@ -104,9 +108,6 @@ def calib_config(method: str, per_op: Sequence[str], per_tensor: Sequence[str],
         ConfigError: A malformed entry, an unknown calibrator, or ``percentile`` given while no
             option selects the percentile calibrator.
     """
-    from quantdbg.calibration import PercentileConfig, calibrator_name
-    from quantdbg.config import CalibConfig
-
     ops = _pairs("--per-op", "OP=METHOD", per_op)
     tensors = _pairs("--per-tensor", "GLOB=METHOD", per_tensor)
     names = [method, *ops.values(), *tensors.values()]
@@ -141,18 +142,15 @@ def _write_scales(qmodel: Any, calib: Any, cache: Path | None, scales: Path | No
     """Writes the TensorRT calibration cache and the JSON scales file when asked for."""
     if cache is None and scales is None:
         return []
-    from quantdbg.calibration import calibrator_name
-    from quantdbg.qdq import cache as cache_io
-
     written = []
     if cache is not None:
         specs = (calib.method, *calib.per_op.values(), *calib.per_tensor.values())
-        used = {calibrator_name(spec) for spec in specs}
-        # The header names TensorRT's calibrator; only a pure max calibration maps onto another one.
-        algorithm = "MinMaxCalibration" if used == {"minmax"} else cache_io.DEFAULT_ALGORITHM
-        cache_io.write_trt_cache(qmodel, cache, algorithm=algorithm)
+        if {calibrator_name(spec) for spec in specs} == {"minmax"}:
+            write_trt_cache(qmodel, cache, algorithm=_MINMAX_HEADER)
+        else:
+            write_trt_cache(qmodel, cache)
         written.append(str(cache))
     if scales is not None:
-        cache_io.write_scales_json(qmodel, scales)
+        write_scales_json(qmodel, scales)
         written.append(str(scales))
     return written

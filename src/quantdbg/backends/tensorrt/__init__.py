@@ -1,5 +1,13 @@
 """TensorRT backend: a strongly typed engine from the Q/DQ model, its runner and inspector, and the
-trtexec / Polygraphy commands that build the same engine. ``tensorrt`` itself loads on first use."""
+trtexec / Polygraphy commands that build the same engine. ``tensorrt`` itself loads on first use.
+
+Modules, in the order data flows: ``config`` (TrtConfig, ShapeRange, the optimization profile),
+``bindings`` (TensorRT and cuda-python, loaded lazily), ``build`` (ONNX parser, builder config, timing
+cache -> serialized engine), ``inspector`` (engine inspector JSON -> per-layer precision), ``runner``
+(TrtRunner, device buffers, latency) and ``commands`` (the same build as trtexec / Polygraphy commands).
+"""
+from quantdbg.backends.tensorrt.bindings import unavailable_reason
+from quantdbg.backends.tensorrt.build import build_engine
 from quantdbg.backends.tensorrt.commands import (
     BuildCommands,
     EngineBuildSpec,
@@ -8,19 +16,14 @@ from quantdbg.backends.tensorrt.commands import (
     polygraphy_run_command,
     trtexec_command,
 )
-from quantdbg.backends.tensorrt.runner import (
-    LatencyResult,
+from quantdbg.backends.tensorrt.config import ShapeRange, TrtConfig, resolve_profile
+from quantdbg.backends.tensorrt.inspector import (
     LayerPrecision,
-    ShapeRange,
-    TrtConfig,
-    TrtRunner,
-    build_engine,
     parse_engine_info,
     precision_counts,
-    resolve_profile,
     type_of_format,
-    unavailable_reason,
 )
+from quantdbg.backends.tensorrt.runner import LatencyResult, TrtRunner
 
 __all__ = ["BuildCommands", "EngineBuildSpec", "LatencyResult", "LayerPrecision", "ShapeRange", "TrtConfig",
            "TrtRunner", "build_commands", "build_engine", "parse_engine_info", "polygraphy_convert_command",

@@ -25,18 +25,15 @@ from typing import Any, cast
 
 import onnx
 
-from quantdbg.backends.tensorrt.runner import ShapeRange, resolve_profile
+from quantdbg._json import Serializable
+from quantdbg.backends.tensorrt.config import MAX_OPT_LEVEL, ShapeRange, optional_path, resolve_profile
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, ModelError
 from quantdbg.model import input_specs
 
 
-def _path(value: str | os.PathLike[str] | None) -> Path | None:
-    return None if value is None else Path(value)
-
-
 @dataclass(frozen=True)
-class EngineBuildSpec:
+class EngineBuildSpec(Serializable):
     """What a TensorRT engine build needs, independent of the tool that runs it.
 
     Attributes:
@@ -67,7 +64,7 @@ class EngineBuildSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", Path(self.model))
         for name in ("engine", "timing_cache", "layer_info"):
-            object.__setattr__(self, name, _path(getattr(self, name)))
+            object.__setattr__(self, name, optional_path(getattr(self, name)))
         if isinstance(cast(object, self.fallback_nodes), str):  # a common slip, caught at run time
             raise ConfigError("fallback_nodes takes a sequence of node names, not one string.")
         object.__setattr__(self, "fallback_nodes", tuple(self.fallback_nodes))
@@ -79,8 +76,9 @@ class EngineBuildSpec:
         if self.workspace_mib is not None and self.workspace_mib <= 0:
             raise ConfigError(f"workspace_mib must be > 0 or None, got {self.workspace_mib}.")
         level = self.builder_optimization_level
-        if level is not None and not 0 <= level <= 5:
-            raise ConfigError(f"builder_optimization_level must be in [0, 5] or None, got {level}.")
+        if level is not None and not 0 <= level <= MAX_OPT_LEVEL:
+            raise ConfigError(f"builder_optimization_level must be in [0, {MAX_OPT_LEVEL}] or None, "
+                              f"got {level}.")
 
     @classmethod
     def from_model(cls, model: str | os.PathLike[str], batch: tuple[int, int, int] = (1, 8, 32),
@@ -110,35 +108,9 @@ class EngineBuildSpec:
         profile = resolve_profile(input_specs(proto), shapes or {}, batch)
         return cls(path, profile, **options)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "model": str(self.model),
-            "shapes": {name: rng.to_dict() for name, rng in self.shapes.items()},
-            **{name: None if getattr(self, name) is None else str(getattr(self, name))
-               for name in ("engine", "timing_cache", "layer_info")},
-            "fallback_nodes": list(self.fallback_nodes),
-            "fallback_precision": self.fallback_precision.value,
-            "workspace_mib": self.workspace_mib,
-            "builder_optimization_level": self.builder_optimization_level,
-            "tf32": self.tf32,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> EngineBuildSpec:
-        """Inverse of :meth:`to_dict`."""
-        return cls(
-            model=Path(data["model"]),
-            shapes={name: ShapeRange.from_dict(rng) for name, rng in data["shapes"].items()},
-            engine=_path(data["engine"]), timing_cache=_path(data["timing_cache"]),
-            layer_info=_path(data["layer_info"]), fallback_nodes=tuple(data["fallback_nodes"]),
-            fallback_precision=Precision(data["fallback_precision"]), workspace_mib=data["workspace_mib"],
-            builder_optimization_level=data["builder_optimization_level"], tf32=data["tf32"],
-        )
-
 
 @dataclass(frozen=True)
-class BuildCommands:
+class BuildCommands(Serializable):
     """The same engine build, spelled for each tool.
 
     Attributes:
@@ -152,17 +124,6 @@ class BuildCommands:
     polygraphy_convert: str
     polygraphy_run: str
     comment: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        """JSON-ready form."""
-        return {"trtexec": self.trtexec, "polygraphy_convert": self.polygraphy_convert,
-                "polygraphy_run": self.polygraphy_run, "comment": self.comment}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, str]) -> BuildCommands:
-        """Inverse of :meth:`to_dict`."""
-        return cls(data["trtexec"], data["polygraphy_convert"], data["polygraphy_run"],
-                   data.get("comment", ""))
 
     def to_script(self) -> str:
         """A POSIX shell script running the trtexec build, with the Polygraphy equivalents commented."""

@@ -1,0 +1,76 @@
+"""``quantdbg doctor MODEL --data CALIB.npz [--eval EVAL.npz] [--json OUT] [--html OUT] [--md OUT]``:
+diagnose INT8 quantization problems and print the findings, most serious first, with their evidence."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+
+from quantdbg.cli._options import check_outputs
+from quantdbg.config import CalibConfig
+from quantdbg.diagnostics import CHECKS, DoctorConfig, Finding, diagnose
+from quantdbg.report import write_report
+
+FAIL_LEVELS: tuple[str, ...] = typing.get_args(typing.get_type_hints(Finding)["severity"])
+"""``--fail-on`` choices: the severities a finding can have (its ``severity`` type), most serious first."""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds the ``doctor`` subcommand to ``sub``."""
+    parser = sub.add_parser(
+        "doctor",
+        help="Diagnose INT8 quantization problems and print findings, most serious first.",
+        description="Quantize MODEL and check for sensitive layers, weights zeroed by their range, "
+        "calibrators that disagree, a calibration set too small, tensors mixing value ranges, and Q/DQ "
+        "placements TensorRT cannot fuse. Findings are printed most serious first, with evidence.",
+    )
+    parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    parser.add_argument("--data", required=True, metavar="CALIB.npz",
+                        help=".npz mapping each model input name to calibration samples (axis 0).")
+    parser.add_argument("--eval", metavar="EVAL.npz",
+                        help="Samples for the sensitivity checks (default: the calibration data).")
+    parser.add_argument("--json", metavar="OUT.json", help="Also write the report as JSON.")
+    parser.add_argument("--html", metavar="OUT.html", help="Also write the HTML report.")
+    parser.add_argument("--md", metavar="OUT.md", help="Also write the Markdown report.")
+    parser.add_argument("--method", default="entropy", metavar="METHOD",
+                        help="Calibrator the model is examined with (default: entropy).")
+    parser.add_argument("--checks", nargs="+", choices=CHECKS, metavar="CHECK",
+                        help=f"Run only these checks ({', '.join(CHECKS)}).")
+    parser.add_argument("--confirm-top", type=int, default=3, metavar="K",
+                        help="Layers of the cheap ranking confirmed in isolation (default 3).")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="N",
+                        help="Samples per batch (default 32).")
+    parser.add_argument("--fail-on", choices=FAIL_LEVELS,
+                        help="Exit with status 1 when a finding of this severity or worse exists (for CI).")
+    parser.add_argument("--no-progress", action="store_true", help="Do not draw progress bars.")
+    parser.set_defaults(func=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    """Runs ``quantdbg doctor``.
+
+    Returns:
+        0, or 1 when ``--fail-on`` is given and a finding at that severity or worse exists.
+
+    Raises:
+        QuantDbgError: Bad input.
+    """
+    check_outputs(args.json, args.html, args.md)
+    config = DoctorConfig(
+        CalibConfig(method=args.method),
+        checks=tuple(args.checks) if args.checks else CHECKS,
+        batch_size=args.batch_size,
+        confirm_top=args.confirm_top,
+    )
+    report = diagnose(args.model, args.data, args.eval, config, progress=not args.no_progress)
+    sys.stdout.write(report.to_text())
+    if args.json or args.html or args.md:
+        written = write_report(report, html=args.html, markdown=args.md, json=args.json)
+        paths = [str(p) for p in (written.json, written.html, written.markdown) if p is not None]
+        sys.stdout.write(f"wrote {', '.join(paths)}\n")
+    if args.fail_on is not None:
+        worst = FAIL_LEVELS.index(args.fail_on)
+        if any(FAIL_LEVELS.index(f.severity) <= worst for f in report.findings):
+            return 1
+    return 0

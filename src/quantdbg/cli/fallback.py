@@ -1,0 +1,94 @@
+"""``quantdbg fallback``: the fewest layers to keep out of INT8 so MODEL meets a target.
+
+Takes the model, data and metric options of ``quantdbg analyze``; writes the mixed-precision model
+and its fallback plan (JSON, with the trtexec / Polygraphy commands that build its engine).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+from quantdbg.sensitivity import MODES, SensitivityConfig, SensitivityReport, VariantEvaluator
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds the ``fallback`` subcommand to ``sub``."""
+    fallback = sub.add_parser("fallback", help="Find the fewest layers to keep out of INT8 for a target.",
+                              description="Search the smallest set of layers to run in FP16 so MODEL meets "
+                                          "a target, and write the mixed-precision model and its plan.")
+    add_model_options(fallback)
+    target = fallback.add_mutually_exclusive_group(required=True)
+    target.add_argument("--min-metric", type=float, metavar="X",
+                        help="Task metric >= X (<= X when lower is better).")
+    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
+                        help="Task metric within PCT %% of FP32.")
+    target.add_argument("--min-sqnr", type=float, metavar="DB", help="Output SQNR >= DB dB.")
+    fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
+    fallback.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
+                          help="Fallback layers compute in fp16 (TensorRT) or fp32 (CPU backends).")
+    fallback.add_argument("--max-evaluations", type=int, help="Search budget (default 2*log2(L)+2).")
+    fallback.add_argument("--report", metavar="RESULT.json",
+                          help="Walk this analyze report instead of ranking.")
+    fallback.add_argument("--out", required=True, metavar="MIXED.onnx", help="The mixed-precision model.")
+    fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
+    fallback.set_defaults(func=run_fallback)
+
+
+def _target(args: argparse.Namespace) -> FallbackTarget:
+    if args.min_sqnr is not None:
+        if args.evaluate or args.labels:
+            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
+                              "--min-metric or --max-rel-loss.")
+        return FallbackTarget.min_sqnr(args.min_sqnr)
+    if args.max_rel_loss is not None:
+        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=args.lower_is_better)
+    return FallbackTarget.min_metric(args.min_metric, lower_is_better=args.lower_is_better)
+
+
+def run_fallback(args: argparse.Namespace) -> int:
+    """``quantdbg fallback``: searches, then writes the plan and (when met) the mixed model.
+
+    Returns:
+        0 when the target is met; 2 when it is not (the plan says why).
+
+    Raises:
+        QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
+    """
+    check_out(args.out, "--out")
+    check_out(args.plan, "--plan")
+    target = _target(args)
+    fp_model, qmodel = load_models(args)
+    metric = task_metric(args)
+    if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
+        target = type(target)(target.kind, target.threshold, True, target.reference)
+    data = eval_data(args, fp_model)
+    report = SensitivityReport.read(args.report) if args.report else None
+    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=args.progress),
+                            precision=Precision(args.precision), max_evaluations=args.max_evaluations)
+    with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
+        result = auto_fallback(evaluator, target, config, report=report)
+    if result.mixed is None:
+        result.plan.write(args.plan)
+        sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
+        return 2
+    result.mixed.save(args.out)
+    plan = result.plan.with_build(args.out, data)
+    plan.write(args.plan)
+    _print_plan(plan)
+    if plan.status != "met":
+        sys.stderr.write(f"quantdbg fallback: error: {plan.message}\n")
+        return 2
+    return 0
+
+
+def _print_plan(plan: Any) -> None:
+    sys.stdout.write(f"{plan.status}: {len(plan.nodes)} of {len(plan.ranking)} layer(s) in "
+                     f"{plan.precision.value}, value {plan.value:.6g}, {plan.n_evaluations} evaluations "
+                     "+ 1 verification\n")
+    for node in plan.nodes:
+        sys.stdout.write(f"  {node}\n")
