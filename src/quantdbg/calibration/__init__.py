@@ -17,6 +17,7 @@ from quantdbg.calibration.calibrators import (
     register_calibrator,
 )
 from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration.compare import CalibratorComparison, compare_calibrators, histogram_sqnr
 from quantdbg.calibration.ranges import (
     CalibrationResult,
     calib_config_from_dict,
@@ -43,6 +44,7 @@ from quantdbg.calibration.stats import (
 )
 
 __all__ = [
+    "CalibratorComparison", "compare_calibrators", "histogram_sqnr",
     "CalibrationResult", "Calibrator", "Collected", "Collector", "EntropyConfig", "Migration", "MinMaxConfig",
     "MseConfig", "PercentileConfig", "SmoothingConfig", "SmoothingResult", "TensorRange", "TensorStats",
     "apply_smoothing", "available_calibrators", "calib_config_from_dict", "calib_config_to_dict", "calibrate",
