@@ -207,7 +207,7 @@ def qdq_counts(path: Path, fp32: Path) -> dict:
         acts = [r.op_type for dq in dqs for r in by_input.get(dq.output[0], []) if r.op_type in EPILOGUE_OPS]
         if acts:
             into_activation.append([node.name or node.output[0], acts[0]])
-    from quantdbg.diagnostics.linter import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
+    from quantdbg.diagnostics import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
 
     # Readers of a DQ that the lint's op tables do not classify: no rule speaks about them.
     known = INT8_CAPABLE_OPS | FLOAT_ONLY_OPS | {"DequantizeLinear"}
@@ -237,7 +237,7 @@ def lint_timed(path: Path, repeat: int) -> dict:
     assert report is not None
     by_rule: dict[str, list[str]] = {}
     for finding in report.findings:
-        by_rule.setdefault(finding.rule, []).append(finding.node)
+        by_rule.setdefault(finding.check, []).append(finding.subjects[0])
     return {"status": "ok", "counts": report.counts(), "by_rule": by_rule, "report": report.to_dict(),
             "lint_s": round(statistics.median(times), 3), "lint_min_s": round(min(times), 3)}
 
@@ -352,7 +352,7 @@ def _row(config: str, entry: dict) -> str:
     c = lint["counts"]
     cli = entry.get("cli", {})
     cli_note = "" if cli.get("json_matches_api") else " (CLI JSON differs!)"
-    cells += [f"{c['error']} / {c['warning']} / {c['info']}", _rules_cell(lint["by_rule"]),
+    cells += [f"{c['high']} / {c['medium']} / {c['info']}", _rules_cell(lint["by_rule"]),
               f"{lint['lint_s']:.2f} ({cli.get('wall_s', '?')}){cli_note}"]
     return "| " + " | ".join(cells) + " |"
 
@@ -374,7 +374,7 @@ def verdict(entry: dict) -> str:
     if entry["status"] != "ok" or lint.get("status") != "ok":
         return "--"
     by_rule = lint["by_rule"]
-    errors = [r for r in by_rule if lint_severity(r) == "error"]
+    errors = [r for r in by_rule if lint_severity(r) == "high"]
     placement = [r for r in PLACEMENT_RULES if r in by_rule]
     if not errors and not placement:
         return "clean"
@@ -403,9 +403,10 @@ COLUMNS = (
     "Columns: Q / DQ = QuantizeLinear / DequantizeLinear nodes; pairs = DequantizeLinear nodes by what "
     "they carry, activation / weight / int32 bias (a weight stored as INT8 has a DQ and no Q); "
     "weighted outputs Q'd = Conv/Gemm/MatMul nodes whose output feeds a QuantizeLinear (not a fault by "
-    "itself: a projection shortcut Conv read as INT8 by the residual Add fuses); E / W / I = "
-    "lint errors / warnings / info; lint s = median of {repeat} `quantdbg.lint.lint(path)` calls in one "
-    "process (loading, checker and shape inference included), in parentheses the wall time of one "
+    "itself: a projection shortcut Conv read as INT8 by the residual Add fuses); H / M / I = "
+    "lint findings of high / medium / info severity; lint s = median of {repeat} "
+    "`quantdbg.lint.lint(path)` calls in one process (loading, checker and shape inference included), in "
+    "parentheses the wall time of one "
     "`quantdbg lint MODEL --json OUT --fail-on never` process (interpreter start included), whose JSON "
     "equals the API's report unless marked."
 )
@@ -429,7 +430,7 @@ def markdown(report: dict, command: str) -> str:
 
 def _model_section(name: str, entries: dict) -> list[str]:
     out = [f"### {name}", "", "| quantizer | Q / DQ | pairs act / weight / bias | weighted outputs Q'd "
-           "| E / W / I | findings per rule | lint s (CLI s) |", "|---|---|---|---|---|---|---|"]
+           "| H / M / I | findings per rule | lint s (CLI s) |", "|---|---|---|---|---|---|---|"]
     out += [_row(config, entry) for config, entry in entries.items()]
     out += ["", "First nodes per rule:", ""]
     out += [line for config, entry in entries.items() if (line := _top_nodes(config, entry))]

@@ -22,6 +22,15 @@ def outlier_channel_conv(seed: int = 0, scale_first: float = 1000.0) -> onnx.Mod
     return _finish(gs.Graph([node], [x], [y], name="outlier_channel_conv"))
 
 
+def conv_with_weights(w: np.ndarray) -> onnx.ModelProto:
+    """x[N,C,4,4] -> Conv(w, no padding) -> y, with the weight given (shape [C_out, C, kH, kW])."""
+    c_out, c_in, k_h, k_w = w.shape
+    x = gs.Variable("x", np.float32, ("N", c_in, 4, 4))
+    y = gs.Variable("y", np.float32, ("N", c_out, 5 - k_h, 5 - k_w))
+    node = gs.Node("Conv", "conv", inputs=[x, gs.Constant("conv.w", w.astype(np.float32))], outputs=[y])
+    return _finish(gs.Graph([node], [x], [y], name="conv_with_weights"))
+
+
 def detection_head(seed: int = 0, box_scale: float = 300.0, score_scale: float = 0.3) -> onnx.ModelProto:
     """x[N,8] -> Gemm -> Relu -> y[N,6]: columns 0-3 are "box coordinates" (about 0..box_scale),
     columns 4-5 "class scores" (about 0..score_scale) -- one tensor mixing two value ranges."""

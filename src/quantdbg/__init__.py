@@ -49,9 +49,9 @@ _EXPORTS = {
     "FallbackConfig": "quantdbg.fallback", "write_mixed_model": "quantdbg.fallback",
     # diagnostics and reports
     "lint": "quantdbg.diagnostics.linter", "LintReport": "quantdbg.diagnostics.linter",
-    "diagnose": "quantdbg.diagnostics.doctor", "DoctorConfig": "quantdbg.diagnostics.doctor",
-    "write_report": "quantdbg.report.render", "load_result": "quantdbg.report.render",
-    "ReportBundle": "quantdbg.report.render",
+    "diagnose": "quantdbg.diagnostics.doctor", "DoctorConfig": "quantdbg.diagnostics.doctor_config",
+    "write_report": "quantdbg.report.render", "load_result": "quantdbg.report.results",
+    "ReportBundle": "quantdbg.report.results",
     "load_embedded": "quantdbg.demo", "run_demo": "quantdbg.demo",
 }
 

@@ -96,10 +96,13 @@ def encode(value: Any) -> Any:
 
 
 def _encode_dataclass(value: Any) -> Any:
+    tag = getattr(type(value), "__json_format__", None)  # a document keeps its tag when nested too
     custom = getattr(value, "__json_encode__", None)
     if custom is not None:
-        return custom()
-    out = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        own = custom()
+        return {_FORMAT: tag, **own} if tag is not None else own
+    out = {} if tag is None else {_FORMAT: tag}
+    out.update({f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init})
     extra = getattr(value, "__json_extra__", None)
     if extra is not None:
         out.update({k: encode(v) for k, v in extra().items()})
@@ -245,6 +248,14 @@ def _decode_plain(tp: Any, data: Any, where: str) -> Any:
 
 
 def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
+    tag = getattr(cls, "__json_format__", None)
+    if tag is not None:
+        if not isinstance(data, dict):
+            raise fail(where, f"an object ({cls.__name__})", data)
+        if data.get(_FORMAT) != tag:
+            path = f"{where}.{_FORMAT}" if where else _FORMAT
+            raise FormatError(f"field {path!r} is {data.get(_FORMAT)!r}, expected {tag!r}")
+        data = {k: v for k, v in data.items() if k != _FORMAT}
     custom = getattr(cls, "__json_decode__", None)
     if custom is not None:
         return custom(data, where)
@@ -324,7 +335,8 @@ def document_types() -> Mapping[str, type]:
 
 def dump(value: Any) -> dict[str, Any]:
     """A document's JSON data, its format tag first."""
-    return {_FORMAT: format_of(type(value)), **encode(value)}
+    format_of(type(value))  # refuses a class that is not a document
+    return encode(value)  # type: ignore[no-any-return]
 
 
 def load(cls: type[T], data: Any, source: str = "<data>") -> T:
@@ -341,7 +353,7 @@ def load(cls: type[T], data: Any, source: str = "<data>") -> T:
         found = data.get(_FORMAT)
         if found != expected:
             raise FormatError(f"format is {found!r}, expected {expected!r}")
-        return decode(cls, {k: v for k, v in data.items() if k != _FORMAT})  # type: ignore[no-any-return]
+        return decode(cls, data)  # type: ignore[no-any-return]
     except FormatError as err:
         raise FormatError(f"{source}: not a valid {expected} document: {err}. Re-create it with the "
                           "quantdbg command that wrote it.") from None

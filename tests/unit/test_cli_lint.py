@@ -23,22 +23,35 @@ def save(tmp_path):
 def test_clean_model_prints_zero_findings_and_exits_0(save, capsys):
     path = save(models_lint.clean_conv_block())
     assert main(["lint", str(path), "--fail-on", "info"]) == 0
-    assert capsys.readouterr().out.strip().endswith("0 findings (0 error, 0 warning, 0 info)")
+    assert capsys.readouterr().out == f"{path}: 0 findings (0 high, 0 medium, 0 info)\n"
 
 
-@pytest.mark.parametrize("fail_on, status", [("error", 0), ("warning", 1), ("info", 1), ("never", 0)])
-def test_exit_status_follows_fail_on_for_a_warning(save, capsys, fail_on, status):
+@pytest.mark.parametrize("fail_on, status", [("error", 0), ("high", 0), ("warning", 1), ("medium", 1),
+                                             ("low", 1), ("info", 1), ("never", 0)])
+def test_exit_status_follows_fail_on_for_a_medium_finding(save, capsys, fail_on, status):
     path = save(models_lint.per_tensor_weight())
     assert main(["lint", str(path), "--fail-on", fail_on]) == status
     out = capsys.readouterr().out
-    assert out.startswith("WARNING   per-tensor-weight  [conv]")
+    assert out.startswith("MEDIUM    per-tensor-weight  [conv]\n"
+                          "          Conv 'conv' quantizes its 16-channel")
     assert "fix: Quantize the weight per output channel" in out
+    assert out.endswith(f"{path}: 1 finding (0 high, 1 medium, 0 info)\n")
 
 
-def test_an_error_fails_by_default_and_never_overrides(save, capsys):
+def test_unknown_fail_on_is_refused_by_the_parser(save, capsys):
+    path = save(models_lint.per_tensor_weight())
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lint", str(path), "--fail-on", "fatal"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'fatal'" in capsys.readouterr().err
+
+
+def test_a_high_finding_fails_by_default_and_never_overrides(save, capsys):
     path = save(models_lint.nonzero_zero_point())
     assert main(["lint", str(path)]) == 1
     assert main(["lint", str(path), "--fail-on", "never"]) == 0
+    first, second = capsys.readouterr().out.split(f"{path}: 1 finding (1 high, 0 medium, 0 info)\n")[:2]
+    assert first == second and first.startswith("HIGH      nonzero-zero-point  [x.dequantize]\n")
 
 
 def test_json_report_equals_the_api_report(save, tmp_path, capsys):
@@ -52,12 +65,16 @@ def test_markdown_output(save, capsys):
     path = save(models_lint.concat_scale_mismatch())
     main(["lint", str(path), "--markdown"])
     out = capsys.readouterr().out
-    assert "| Severity | Rule | Node | Finding | Fix |" in out and "`concat-scale-mismatch`" in out
+    assert out == lint(path).to_markdown()
+    assert "| Severity | Rule | Node | Finding | Fix |" in out
+    assert "\n| medium | `concat-scale-mismatch` | `concat` | Concat 'concat' joins inputs" in out
+    assert "High: 0, medium: 1, info: 0." in out
 
 
-def test_skip(save, capsys):
+def test_skip_leaves_the_rule_out_of_the_output(save, capsys):
     path = save(models_lint.nonzero_zero_point())
     assert main(["lint", str(path), "--skip", "nonzero-zero-point"]) == 0
+    assert capsys.readouterr().out == f"{path}: 0 findings (0 high, 0 medium, 0 info)\n"
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,4 +1,5 @@
-"""The doctor: each check fires on a model built to trigger it and stays quiet where it must not."""
+"""The doctor: each check fires on a model built to trigger it and stays quiet where it must not,
+judged against hand-computed values; the registry, the report and its JSON."""
 from __future__ import annotations
 
 import json
@@ -16,15 +17,24 @@ from quantdbg.calibration import (
     TensorRange,
     collect_stats,
     get_calibrator,
+    histogram_sqnr,
 )
 from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.diagnostics.checks import (
+from quantdbg.diagnostics import (
+    CHECK_REGISTRY,
     CHECKS,
+    NO_EVIDENCE,
+    CheckRun,
     ChunkedStats,
     Confirmation,
+    DoctorConfig,
+    DoctorReport,
     Evidence,
     Finding,
     LayerConfirmation,
+    MixedRange,
+    ScaleStability,
+    Severity,
     bootstrap_stability,
     check_calibration_size,
     check_calibrator_disagreement,
@@ -34,13 +44,13 @@ from quantdbg.diagnostics.checks import (
     check_weight_zeroing,
     collect_chunked,
     confirm_layers,
-    histogram_sqnr,
+    diagnose,
+    format_text,
     mixed_ranges,
     sort_findings,
     weight_zeroing,
 )
-from quantdbg.diagnostics.doctor import CheckRun, DoctorConfig, DoctorReport, diagnose, format_text
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, FormatError
 from quantdbg.model import load_model
 from quantdbg.qdq import quantize
 
@@ -166,9 +176,11 @@ def test_collect_chunked_interleaves_samples_and_merges_to_the_full_statistics(r
     model = load_model(models.conv_relu())
     x = rng.standard_normal((21, 3, 8, 8), dtype=np.float32)
     feeds = [{"x": x[i:i + 5]} for i in range(0, 21, 5)]  # batches straddle chunk boundaries
-    chunked = collect_chunked(model, feeds, ["conv_out"], ["conv_out"], chunks=4, num_bins=128, threads=1)
+    entropy = get_calibrator("entropy")  # needs a histogram
+    chunked = collect_chunked(model, feeds, {"conv_out": entropy}, chunks=4, num_bins=128, threads=1)
     assert chunked.sizes == (6, 5, 5, 5)
-    per_chunk = [collect_stats(model, {"x": x[k::4]}, ["conv_out"], CollectConfig(True, 128))["conv_out"]
+    with_hist = CollectConfig(histogram=True, num_bins=128)
+    per_chunk = [collect_stats(model, {"x": x[k::4]}, ["conv_out"], with_hist)["conv_out"]
                  for k in range(4)]
     for got, want in zip(chunked.chunks, per_chunk, strict=True):
         assert got["conv_out"].count == want.count
@@ -275,11 +287,14 @@ def test_qdq_fusion_reports_per_tensor_weights_and_is_quiet_on_a_clean_model(rng
 # ----- ordering, report, config -----------------------------------------------------------------
 
 def test_findings_sort_most_serious_first():
-    mk = lambda check, sev, score: Finding(check, sev, score, f"{check}-{sev}", (), Evidence(("a",)), "")  # noqa: E731
+    def mk(check, severity, score):
+        return Finding(check, Severity(severity), score, f"{check}-{severity}", (), Evidence(("a",)), "")
     found = sort_findings([mk("qdq_fusion", "info", 9), mk("weight_zeroing", "medium", 1),
-                           mk("mixed_ranges", "high", 0.1), mk("calibration_size", "medium", 5)])
-    assert [f.title for f in found] == ["mixed_ranges-high", "calibration_size-medium",
-                                        "weight_zeroing-medium", "qdq_fusion-info"]
+                           mk("mixed_ranges", "high", 0.1), mk("calibration_size", "medium", 5),
+                           mk("sensitive_layers", "medium", math.inf), mk("weight_zeroing", "low", math.nan)])
+    assert [f.title for f in found] == ["mixed_ranges-high", "sensitive_layers-medium",
+                                        "calibration_size-medium", "weight_zeroing-medium",
+                                        "weight_zeroing-low", "qdq_fusion-info"]
 
 
 def test_diagnose_end_to_end_round_trips_and_prints_every_finding(rng):
@@ -327,6 +342,201 @@ def test_doctor_config_rejects_bad_values():
 
 
 def test_check_run_and_report_reject_other_json():
-    assert CheckRun.from_dict(CheckRun("mixed_ranges", "failed", "x", 1.0).to_dict()).detail == "x"
-    with pytest.raises(ConfigError, match="Not a quantdbg doctor report"):
+    run = CheckRun("mixed_ranges", "failed", "x", 1.0)
+    assert CheckRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    with pytest.raises(FormatError, match="format is 'quantdbg.sensitivity/1', expected 'quantdbg.doctor/1'"):
         DoctorReport.from_dict({"format": "quantdbg.sensitivity/1"})
+    with pytest.raises(FormatError, match="field 'status': expected one of"):
+        CheckRun.from_dict({"check": "mixed_ranges", "status": "exploded"})
+
+
+# ----- hand-computed judgements -----------------------------------------------------------------
+
+def _two_channel_weight(second: list[float]) -> np.ndarray:
+    """Channel 0 sets the per-tensor scale to exactly 1 (max |w| = 127); channel 1 is ``second``."""
+    return np.array([[127.0, 1.0, 1.0, 1.0], second], np.float32).reshape(2, 1, 2, 2)
+
+
+@pytest.mark.parametrize("second, zeroed, severity", [
+    ([0.4, 0.4, 0.6, 0.2], 3 / 8, Severity.HIGH),    # 0.4, 0.4, 0.2 round to 0: 3 of 8 non-zero weights
+    ([0.4, 0.6, 0.6, 0.6], 1 / 8, Severity.MEDIUM),  # one of 8: above 5 %, below 20 %
+])
+def test_weight_zeroing_per_tensor_by_hand(rng, second, zeroed, severity):
+    model = models_doctor.conv_with_weights(_two_channel_weight(second))
+    x = {"x": rng.standard_normal((4, 1, 4, 4), dtype=np.float32)}
+    qmodel = quantize(model, x, quant=QuantConfig(per_channel=False))
+    [item] = weight_zeroing(load_model(model), qmodel)
+    assert (item.node, item.tensor, item.nonzero, item.scheme) == ("conv", "conv.w", 8, "per-tensor")
+    assert item.per_tensor == zeroed and item.per_channel == 0.0  # per channel, channel 1's scale is its own
+    [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
+    assert (finding.check, finding.severity, finding.score, finding.subjects) == (
+        "weight_zeroing", severity, zeroed, ("conv",))
+    assert finding.evidence.rows == (("conv", "Conv", 8, zeroed, 0.0, "per-tensor"),)
+    assert check_weight_zeroing(load_model(model), qmodel, zeroed).findings == ()  # "above", not "at"
+
+
+def test_weight_zeroing_per_channel_scales_give_only_the_info_finding(rng):
+    model = models_doctor.conv_with_weights(_two_channel_weight([0.4, 0.4, 0.6, 0.2]))
+    qmodel = quantize(model, {"x": rng.standard_normal((4, 1, 4, 4), dtype=np.float32)})
+    [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
+    assert (finding.severity, finding.score) == (Severity.INFO, 3 / 8)
+    assert finding.evidence.rows == (("conv", "Conv", 8, 3 / 8, 0.0, "per-channel"),)
+    assert check_weight_zeroing(load_model(model), qmodel, 0.5).findings == ()  # per-tensor 37.5 % < 50 %
+
+
+def _mixed(tensor="y", role="output", swamped=(1, 2), sqnr=40.0) -> MixedRange:
+    return MixedRange(tensor, role, 1, 0.5, (100.0, 2.0, 1.0), (0.0, 0.8, 0.9), swamped, sqnr, 3.0)
+
+
+def test_mixed_ranges_judgement_by_hand():
+    [finding] = check_mixed_ranges([_mixed(), _mixed(swamped=(2,))], 25.0).findings  # one per tensor
+    assert (finding.check, finding.severity, finding.score, finding.subjects) == (
+        "mixed_ranges", Severity.HIGH, 2 / 3, ("y",))
+    rows = ((1, 2.0, 0.8), (2, 1.0, 0.9))
+    assert finding.evidence == Evidence(("channel", "max |x|", "zeroed share"), rows)
+    assert finding.title == ("graph output y mixes value ranges on axis 1: one scale (0.5) zeroes most "
+                             "values of 2 of 3 channels (max |x| 2 vs 100) while its SQNR is 40.0 dB (those "
+                             "channels alone: 3.0 dB)")
+    [quantized] = check_mixed_ranges([_mixed(role="quantized")], 25.0).findings
+    assert quantized.severity is Severity.MEDIUM and quantized.title.startswith("quantized tensor y")
+    assert check_mixed_ranges([_mixed(sqnr=24.9)], 25.0).findings == ()  # the damage shows in the SQNR
+    assert check_mixed_ranges([_mixed(swamped=())], 25.0).findings == ()
+
+
+def _stability(spread: float, stable: bool) -> ScaleStability:
+    return ScaleStability("t", "minmax", 0.5, (10, 20), (0.4, 0.5), (0.3, 0.45), (0.6, 0.55), spread, stable)
+
+
+@pytest.mark.parametrize("spread, severity", [(0.2, Severity.MEDIUM), (0.07, Severity.LOW)])
+def test_calibration_size_judgement_by_hand(spread, severity):
+    [finding] = check_calibration_size([_stability(spread, False), _stability(0.01, True)], 100).findings
+    assert (finding.severity, finding.score, finding.subjects) == (severity, spread, ("t",))
+    assert finding.title == ("1 scale(s) are not yet stable with 100 calibration samples: t's scale moves "
+                             f"by +-{100 * spread:.1f}% across bootstrap resamples")
+    assert finding.evidence.rows == (("t", "minmax", 0.5, 0.45, 0.55, spread),)
+    assert check_calibration_size([_stability(spread, True)], 100).findings == ()
+
+
+def test_bootstrap_of_identical_chunks_is_stable_at_every_level(rng):
+    x = rng.standard_normal(10).astype(np.float32)
+    chunk = _stats("t", x, num_bins=128)
+    chunked = ChunkedStats(tuple({"t": chunk} for _ in range(6)), (10,) * 6)
+    [item] = bootstrap_stability(chunked, {"t": get_calibrator("minmax")}, rounds=4, tolerance=0.0)
+    scale = float(np.float32(np.abs(x).max() / 127))
+    assert item.n_samples == (10, 20, 40, 60)  # levels 1, 2, 4 chunks, then all 6
+    assert item.scale == pytest.approx(scale, rel=1e-6) and item.spread == 0.0 and item.stable
+    assert item.median == item.lo == item.hi == (item.scale,) * 4
+
+
+def test_sensitive_layers_medium_between_the_thresholds():
+    [finding] = check_sensitive_layers(_confirmation(("a", 25.0, 0.2), ("b", 45.0, 0.1)), 30.0, 0.5).findings
+    assert (finding.severity, finding.score, finding.subjects) == (Severity.MEDIUM, -25.0, ("a",))
+    assert finding.evidence.rows == (("a", "Conv", 1, 40.0, 25.0, 0.2),)  # metric "sqnr": no extra column
+    assert finding.title == "1 layer(s) degrade the output on their own: a (fully INT8 output SQNR 30.0 dB)"
+
+
+def test_qdq_fusion_groups_lint_findings_by_rule_with_their_severity():
+    import models_lint
+
+    from quantdbg.diagnostics import RULES, lint
+
+    model = models_lint.quantized_conv("three_problems", zero_point=5, weight_axis=None, c_out=12)
+    outcome = check_qdq_fusion(model)
+    linted = lint(model)
+    assert outcome.data == (linted,)
+    assert [(f.severity, f.score) for f in outcome.findings] == [(Severity.HIGH, 1.0), (Severity.MEDIUM, 1.0),
+                                                                 (Severity.INFO, 1.0)]
+    for finding, item in zip(outcome.findings, linted.findings, strict=True):
+        assert finding.title == f"TensorRT lint `{item.check}`: {RULES[item.check].title} (1 node(s))"
+        assert finding.evidence == Evidence(("node", "finding"), ((item.subjects[0], item.title),))
+        assert finding.fix == item.fix
+
+
+def _layer(node: str, tensor: str, calibrator_sqnr: dict | None):
+    from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, QuantizedInput
+
+    inputs = (QuantizedInput(0, tensor, "activation", "minmax", 0.1, 0.1, 1),
+              QuantizedInput(1, f"{node}.w", "weight", "minmax", 0.1, 0.2, 4))
+    evidence = None if calibrator_sqnr is None else LayerEvidence(calibrator_sqnr=calibrator_sqnr)
+    return LayerSensitivity(node, "Conv", inputs, 1, 0.0, 0.0, evidence=evidence)
+
+
+def _report_reading(*layers):
+    from quantdbg.sensitivity import SensitivityReport
+
+    return SensitivityReport("local", "sqnr (dB)", True, tuple(layers))
+
+
+def test_layer_sqnr_takes_the_worst_consumer_per_calibrator():
+    from quantdbg.diagnostics import layer_sqnr
+
+    report = _report_reading(_layer("a", "t", {"minmax": 10.0, "entropy": 25.0}),
+                             _layer("b", "t", {"minmax": 12.0, "entropy": 21.0}),
+                             _layer("c", "u", None))
+    assert layer_sqnr(report) == {"t": {"minmax": 10.0, "entropy": 21.0}}
+    assert layer_sqnr(None) == {}
+
+
+def test_calibrator_disagreement_judged_by_the_consumer_layers(rng):
+    x = np.concatenate([rng.standard_normal(100_000), [100.0]]).astype(np.float32)
+    calibration = _calibration({"t": _stats("t", x)}, "minmax")
+    by_layer = {"minmax": 10.0, "entropy": 25.0, "percentile": 17.0, "mse": 12.0}
+    outcome = check_calibrator_disagreement(calibration, _report_reading(_layer("a", "t", by_layer)), 2.0)
+    [item] = outcome.data
+    assert dict(item.layer_sqnr) == by_layer and item.best == "entropy" and item.gain_db == 15.0
+    [finding] = outcome.findings
+    assert (finding.severity, finding.score) == (Severity.HIGH, 15.0)
+    assert "the best by its consumer layer's local output SQNR beats the one in use by up to 15.0 dB" in \
+        finding.title
+    assert finding.fix == "Pick the calibrator per tensor: CalibConfig(per_tensor={'t': 'entropy'})."
+    for sqnr, severity, gain in (({"entropy": 10.5, "percentile": 11.0}, Severity.MEDIUM, 2.0),  # mse: 12
+                                 ({"entropy": 10.5, "percentile": 10.5, "mse": 10.5}, Severity.LOW, 0.5)):
+        report = _report_reading(_layer("a", "t", {**by_layer, **sqnr}))
+        [finding] = check_calibrator_disagreement(calibration, report, 2.0).findings
+        assert (finding.severity, finding.score) == (severity, gain)
+    assert finding.fix == ("The calibrator in use is already the best (or within 1 dB) by its consumer "
+                           "layer's local output SQNR.")
+    assert check_calibrator_disagreement(calibration, None, ratio=1e6).findings == ()
+
+
+# ----- the doctor as a whole --------------------------------------------------------------------
+
+def test_every_check_is_registered_in_run_order():
+    assert tuple(CHECK_REGISTRY) == CHECKS
+    assert all(check.name == name for name, check in CHECK_REGISTRY.items())
+
+
+def test_diagnose_examines_the_model_quantize_builds(rng):
+    from quantdbg.diagnostics import lint
+
+    model = models_doctor.outlier_channel_conv()
+    data = {"x": rng.standard_normal((16, 3, 8, 8), dtype=np.float32)}
+    config = DoctorConfig(quant=QuantConfig(per_channel=False), checks=("weight_zeroing", "qdq_fusion"),
+                          threads=1, batch_size=8)
+    report = diagnose(model, data, config=config)
+    qmodel = quantize(model, data, config.calib, config.quant, batch_size=8)
+    assert report.lint == lint(qmodel.model)
+    assert report.weights == tuple(weight_zeroing(load_model(model), qmodel))
+    assert (report.n_calib_samples, report.n_eval_samples) == (16, 16)
+
+
+def test_doctor_report_json_keeps_its_format_keys_and_nested_documents(rng):
+    data = {"x": rng.standard_normal((8, 3, 8, 8), dtype=np.float32)}
+    report = diagnose(models.conv_relu(), data, config=DoctorConfig(checks=("sensitive_layers",), threads=1))
+    written = report.to_dict()
+    assert written["format"] == "quantdbg.doctor/1"
+    assert written["counts"] == {s.value: sum(f.severity is s for f in report.findings) for s in Severity}
+    assert list(written["counts"]) == ["high", "medium", "low", "info"]
+    assert written["sensitivity"]["format"] == "quantdbg.sensitivity/1"  # its own form, nested
+    assert written["sensitivity"] == report.sensitivity.to_dict()
+    assert written["config"]["calib"]["per_op"] == []  # calibration configs are written as ordered pairs
+    assert DoctorReport.from_dict(json.loads(json.dumps(written))) == report
+    with pytest.raises(FormatError, match="field 'sensitivity': .*Not a quantdbg sensitivity report"):
+        DoctorReport.from_dict({**written, "sensitivity": {"format": "x"}})
+
+
+def test_fails_follows_fail_on_words():
+    finding = Finding("weight_zeroing", Severity.LOW, 0.1, "t", ("n",), NO_EVIDENCE, "f")
+    report = DoctorReport("m", 1, 1, (finding,), ())
+    assert report.fails("low") and report.fails("info") and not report.fails("medium")
+    assert not report.fails("never") and not DoctorReport("m", 1, 1, (), ()).fails("info")

@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from quantdbg.diagnostics.linter import RULES, Finding, LintReport, Severity, lint
-from quantdbg.errors import ConfigError
+from quantdbg.diagnostics import NO_EVIDENCE, RULES, Finding, LintReport, Severity, lint
+from quantdbg.errors import ConfigError, FormatError
 
 # Rule -> the node its model should be reported on (hand-derived from the builders).
 EXPECTED_NODE = {
@@ -38,10 +38,11 @@ def test_every_rule_has_a_model():
 @pytest.mark.parametrize("rule", sorted(models_lint.RULE_MODELS))
 def test_each_rule_fires_alone_on_its_model(rule):
     report = lint(models_lint.RULE_MODELS[rule]())
-    assert [(f.rule, f.node) for f in report.findings] == [(rule, EXPECTED_NODE[rule])]
+    assert [(f.check, f.subjects) for f in report.findings] == [(rule, (EXPECTED_NODE[rule],))]
     finding = report.findings[0]
     assert finding.severity is RULES[rule].severity
-    assert finding.message and finding.fix
+    assert finding.title and finding.fix
+    assert finding.score == 0.0 and finding.evidence == NO_EVIDENCE
 
 
 @pytest.mark.parametrize("build", [models_lint.clean_conv_block, models_lint.int8_conv_then_fp16_conv])
@@ -51,7 +52,7 @@ def test_tensorrt_style_placement_is_clean(build):
 
 def test_float_model_reports_no_qdq():
     report = lint(models.conv_relu())
-    assert [f.rule for f in report.findings] == ["no-qdq"]
+    assert [f.check for f in report.findings] == ["no-qdq"]
 
 
 @pytest.mark.parametrize("rule, fragments", [
@@ -64,56 +65,100 @@ def test_float_model_reports_no_qdq():
     ("dq-into-float-op", ["Softmax has no INT8 kernel", "quantizes again"]),
 ])
 def test_messages_name_the_evidence(rule, fragments):
-    message = lint(models_lint.RULE_MODELS[rule]()).findings[0].message
+    message = lint(models_lint.RULE_MODELS[rule]()).findings[0].title
     for fragment in fragments:
         assert fragment in message
 
 
 def test_add_behind_quantized_conv_names_the_blocked_fusion():
     finding, = lint(models_lint.qdq_between_conv_and_add()).findings
-    assert finding.rule == "add-without-producer"
-    assert "The Q/DQ between 'conv' and this Add blocks the 'conv'+Add fusion." in finding.message
+    assert finding.check == "add-without-producer"
+    assert "The Q/DQ between 'conv' and this Add blocks the 'conv'+Add fusion." in finding.title
 
 
-def test_findings_sorted_error_warning_info():
+def _lint_finding(rule: str, node: str, message: str = "m", fix: str = "f") -> Finding:
+    return Finding(rule, RULES[rule].severity, 0.0, message, (node,), NO_EVIDENCE, fix)
+
+
+def test_rules_use_the_shared_scale_and_lint_counts_what_its_rules_give():
+    assert {r.severity for r in RULES.values()} == {Severity.HIGH, Severity.MEDIUM, Severity.INFO}
+    assert RULES["nonzero-zero-point"].severity is Severity.HIGH  # was "error"
+    assert RULES["per-tensor-weight"].severity is Severity.MEDIUM  # was "warning"
+    assert list(LintReport(()).counts()) == ["high", "medium", "info"]  # no rule gives "low"
+
+
+def test_findings_sorted_high_medium_info():
     model = models_lint.quantized_conv("three_problems", zero_point=5, weight_axis=None, c_out=12)
     report = lint(model)
-    assert [(f.severity, f.rule) for f in report.findings] == [
-        (Severity.ERROR, "nonzero-zero-point"), (Severity.WARNING, "per-tensor-weight"),
+    assert [(f.severity, f.check) for f in report.findings] == [
+        (Severity.HIGH, "nonzero-zero-point"), (Severity.MEDIUM, "per-tensor-weight"),
         (Severity.INFO, "channel-alignment")]
-    assert report.counts() == {"error": 1, "warning": 1, "info": 1}
-    assert [f.rule for f in report.at_or_above(Severity.WARNING)] == ["nonzero-zero-point",
-                                                                       "per-tensor-weight"]
+    assert report.counts() == {"high": 1, "medium": 1, "info": 1}
+    assert [f.check for f in report.at_or_above(Severity.MEDIUM)] == ["nonzero-zero-point",
+                                                                      "per-tensor-weight"]
+    assert report.at_or_above("warning") == report.at_or_above(Severity.MEDIUM)  # lint's former word
+
+
+@pytest.mark.parametrize("fail_on, fails", [("error", True), ("high", True), ("never", False)])
+def test_fails_reads_fail_on_words(fail_on, fails):
+    report = lint(models_lint.nonzero_zero_point())
+    assert report.fails(fail_on) is fails
+
+
+def test_fails_rejects_an_unknown_word():
+    with pytest.raises(ConfigError, match="Unknown severity 'fatal'; choose one of high, medium, low, info"):
+        LintReport(()).fails("fatal")
 
 
 def test_report_sorts_findings_given_out_of_order():
-    info = Finding("channel-alignment", Severity.INFO, "b", "m", "f")
-    error = Finding("nonzero-zero-point", Severity.ERROR, "a", "m", "f")
-    assert LintReport((info, error)).findings == (error, info)
+    info = _lint_finding("channel-alignment", "b")
+    high = _lint_finding("nonzero-zero-point", "a")
+    zero_b, zero_a = _lint_finding("nonzero-zero-point", "b"), _lint_finding("nonzero-zero-point", "a")
+    assert LintReport((info, high)).findings == (high, info)
+    assert LintReport((zero_b, zero_a)).findings == (zero_a, zero_b)  # then by node
 
 
-def test_report_json_round_trip():
+def test_report_json_round_trip_keeps_lint_keys():
     report = lint(models_lint.quantized_conv("two", zero_point=3, weight_axis=None))
-    restored = LintReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    data = report.to_dict()
+    restored = LintReport.from_dict(json.loads(json.dumps(data)))
     assert restored == report
-    assert report.to_dict()["counts"] == {"error": 1, "warning": 1, "info": 0}
+    assert list(data) == ["model", "counts", "findings"]
+    assert data["counts"] == {"high": 1, "medium": 1, "info": 0}
+    first = report.findings[0]
+    assert data["findings"][0] == {"rule": first.check, "severity": "high", "node": first.subjects[0],
+                                   "message": first.title, "fix": first.fix}
+
+
+def test_a_lint_report_written_with_the_former_words_still_reads():
+    entry = {"node": "a", "message": "m", "fix": "f"}
+    old = {"model": "m", "counts": {"error": 1, "warning": 1, "info": 0},
+           "findings": [{"rule": "nonzero-zero-point", "severity": "error", **entry},
+                        {"rule": "per-tensor-weight", "severity": "warning", **entry}]}
+    report = LintReport.from_dict(old)
+    rules = ("nonzero-zero-point", "per-tensor-weight")
+    assert report.findings == tuple(_lint_finding(r, "a") for r in rules)
+    assert report.to_dict()["counts"] == {"high": 1, "medium": 1, "info": 0}
+    old["findings"][0]["severity"] = "fatal"
+    with pytest.raises(FormatError, match=r"findings\[0\].severity.*one of \"high\", \"medium\""):
+        LintReport.from_dict(old)
 
 
 def test_markdown_has_one_row_per_finding_and_escapes_pipes():
-    findings = (Finding("no-qdq", Severity.INFO, "n|1", "a | b", "c"),
-                Finding("non-int8-qdq-type", Severity.ERROR, "n2", "m", "f"))
+    findings = (_lint_finding("no-qdq", "n|1", "a | b", "c"), _lint_finding("non-int8-qdq-type", "n2"))
     text = LintReport(findings, "m.onnx").to_markdown()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + len(findings)  # header + findings
     assert "`n\\|1`" in text and "a \\| b" in text
-    assert text.index("non-int8-qdq-type") < text.index("no-qdq")  # error first
-    assert "Errors: 1, warnings: 0, info: 1" in text
+    assert text.index("non-int8-qdq-type") < text.index("no-qdq")  # high first
+    assert "| high | `non-int8-qdq-type` | `n2` | m | f |" in text
+    assert "High: 1, medium: 0, info: 1." in text
     assert "No findings" in LintReport(()).to_markdown()
 
 
 def test_skip_leaves_rules_out_and_rejects_unknown_ids():
     model = models_lint.quantized_conv("two", zero_point=3, weight_axis=None)
-    assert [f.rule for f in lint(model, skip=["nonzero-zero-point"]).findings] == ["per-tensor-weight"]
+    assert [f.check for f in lint(model, skip=["nonzero-zero-point"]).findings] == ["per-tensor-weight"]
     with pytest.raises(ConfigError, match="No lint rule named 'per-tensor-weights'. Did you mean "
                                           "'per-tensor-weight'"):
         lint(model, skip=["per-tensor-weights"])
@@ -125,7 +170,7 @@ def test_lint_reads_a_path_and_leaves_the_model_untouched(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
     file_before = path.read_bytes()
-    assert [f.rule for f in lint(model).findings] == [f.rule for f in lint(path).findings]
+    assert [f.check for f in lint(model).findings] == [f.check for f in lint(path).findings]
     assert model.SerializeToString() == before and path.read_bytes() == file_before
     assert lint(path).model == str(path)
 
@@ -136,7 +181,7 @@ def test_unnamed_nodes_are_reported_by_op_and_index():
         node.name = ""
     finding, = lint(model).findings
     index = [n.op_type for n in model.graph.node].index("Conv")
-    assert finding.node == f"Conv_{index}"
+    assert finding.subjects == (f"Conv_{index}",)
 
 
 def _ort_quantize(tmp_path, **kwargs):
@@ -159,7 +204,7 @@ def _ort_quantize(tmp_path, **kwargs):
 def _by_rule(report):
     found = {}
     for f in report.findings:
-        found.setdefault(f.rule, []).append(f)
+        found.setdefault(f.check, []).append(f)
     return found
 
 
@@ -169,14 +214,14 @@ def test_onnxruntime_defaults_break_tensorrt_rules(tmp_path):
     found = _by_rule(lint(_ort_quantize(tmp_path)))
     assert {"nonzero-zero-point", "non-int8-qdq-type", "quantized-graph-output"} <= set(found)
     bias, = found["non-int8-qdq-type"]
-    assert "int32" in bias.message and "QuantizeBias" in bias.fix
+    assert "int32" in bias.title and "QuantizeBias" in bias.fix
 
 
-def test_onnxruntime_uint8_activations_are_errors(tmp_path):
+def test_onnxruntime_uint8_activations_are_high(tmp_path):
     from onnxruntime.quantization import QuantType
 
     found = _by_rule(lint(_ort_quantize(tmp_path, activation_type=QuantType.QUInt8)))
-    assert any("uses uint8" in f.message for f in found["non-int8-qdq-type"])
+    assert any("uses uint8" in f.title for f in found["non-int8-qdq-type"])
 
 
 def test_dequantized_input_into_an_lstm_is_flagged():
@@ -196,4 +241,4 @@ def test_dequantized_input_into_an_lstm_is_flagged():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1, 1, 16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     findings = lint(model).findings
-    assert [(f.rule, f.node) for f in findings] == [("dq-into-float-op", "lstm")]
+    assert [(f.check, f.subjects) for f in findings] == [("dq-into-float-op", ("lstm",))]

@@ -1,4 +1,6 @@
-"""Reports: every result kind renders to self-contained HTML, Markdown and JSON that reads back."""
+"""Reports: every result kind renders to self-contained HTML, Markdown and JSON that reads back.
+
+Section contents are tested in test_report_sections.py, the figures in test_report_plots.py."""
 from __future__ import annotations
 
 import base64
@@ -12,12 +14,11 @@ import sys
 import models_doctor
 import pytest
 
+from quantdbg import report
 from quantdbg.diagnostics import Evidence
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, FormatError
 from quantdbg.report import ReportBundle
-from quantdbg.report import plots as report_plots
-from quantdbg.report import render as report
-from quantdbg.report import sections as report_sections
+from quantdbg.report.sections.sensitivity import chart_values
 
 KINDS = ("calibration", "sensitivity", "fallback", "lint", "doctor", "bundle")
 PRIMARY = {"calibration": "calibration-ranges", "sensitivity": "sensitivity-ranking",
@@ -51,14 +52,14 @@ def test_json_round_trip_through_a_file(results, kind, tmp_path):
 
 
 def test_html_is_self_contained_with_decodable_plots(results):
-    pytest.importorskip("matplotlib", reason="plots need the [report] extra (matplotlib)")
+    pytest.importorskip("matplotlib")
     page = report.render_html(results["bundle"])
     assert "Content-Security-Policy" in page and "default-src 'none'" in page
     assert "<script" not in page
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # no external resource or link
     images = _images(page)
-    # ranking, histograms, weights zeroed, scale curves, doctor ranking, fallback search
-    assert len(images) >= 6
+    # ranking, fallback search; the doctor's ranking, weights zeroed, histograms, scale curves
+    assert len(images) == 6
     assert all(img.startswith(b"\x89PNG\r\n\x1a\n") for img in images)
 
 
@@ -72,7 +73,7 @@ def test_sensitivity_table_lists_every_layer_in_rank_order(results):
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "bundle"])
 def test_markdown_has_the_primary_table_with_every_row(results, kind):
-    pytest.importorskip("pandas", reason="DataFrames need the [report] extra (pandas)")
+    pytest.importorskip("pandas")
     result = results[kind]
     text = report.render_markdown(result)
     frame_rows = len(report.to_dataframe(result))
@@ -86,7 +87,7 @@ def test_markdown_has_the_primary_table_with_every_row(results, kind):
 
 
 def test_dataframe_holds_raw_values(results):
-    pytest.importorskip("pandas", reason="DataFrames need the [report] extra (pandas)")
+    pytest.importorskip("pandas")
     sensitivity = results["sensitivity"]
     frame = report.to_dataframe(sensitivity)
     assert list(frame["node"]) == list(sensitivity.ranking)
@@ -99,7 +100,7 @@ def test_dataframe_holds_raw_values(results):
 
 def test_dataframe_without_pandas_names_the_extra():
     code = ("import sys; sys.modules['pandas'] = None\n"
-            "from quantdbg.report import render as report\n"
+            "from quantdbg import report\n"
             "from quantdbg.errors import MissingDependencyError\n"
             "try:\n    report.to_dataframe(object())\nexcept MissingDependencyError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -110,7 +111,7 @@ def test_html_without_matplotlib_needs_the_extra_unless_plots_are_off(results, t
     path = tmp_path / "fallback.json"
     report.write_report(results["fallback"], json=path)
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from quantdbg.report import render as report\n"
+            "from quantdbg import report\n"
             "from quantdbg.errors import MissingDependencyError\n"
             f"r = report.load_result({str(path)!r})\n"
             "assert 'Plots omitted' in report.render_html(r, plots=False)\n"
@@ -163,19 +164,32 @@ def test_section_anchors_are_unique_in_a_bundle(results):
     assert len(tables) == len(set(tables)) and "calibration-ranges-2" in tables
 
 
-def test_plots_are_deterministic():
-    pytest.importorskip("matplotlib", reason="plots need the [report] extra (matplotlib)")
-    draw = lambda: report_plots.ranking_chart(["a", "b"], [2.0, 1.0], "x", highlight=["a"])  # noqa: E731
-    assert draw() == draw()
+def test_bundle_json_keeps_its_format_and_kinds(results):
+    bundle = results["bundle"]
+    data = bundle.to_dict()
+    assert list(data) == ["format", "title", "summary", "notes", "results"]
+    assert data["format"] == "quantdbg.report/1"
+    kinds = ["calibration", "sensitivity", "fallback", "lint", "doctor"]
+    assert [m["kind"] for m in data["results"]] == kinds
+    assert [m["data"] for m in data["results"]] == [r.to_dict() for r in bundle.results]
+    with pytest.raises(FormatError, match="format is 'quantdbg.doctor/1', expected 'quantdbg.report/1'"):
+        ReportBundle.from_dict(results["doctor"].to_dict())
+
+
+def test_a_plain_calibration_renders_what_it_holds_and_nothing_more(results):
+    page = report.render_html(results["calibration"], plots=False)
+    assert 'id="calibration-ranges"' in page
+    assert "Calibrators compared" not in page and 'id="calibrator-comparison"' not in page
+    assert 'id="calibrator-comparison"' in report.render_html(results["doctor"], plots=False)
 
 
 def test_ranking_chart_values(results):
     local = results["sensitivity"]
-    values, label = report_sections._chart_values(local)
+    values, label = chart_values(local)
     best = max(layer.value for layer in local.layers)
     assert values == pytest.approx([best - layer.value for layer in local.layers])
     assert "quietest" in label
     isolated = results["isolated"]  # SQNR: FP32 reference is infinite, so bars are relative
     assert math.isinf(isolated.reference_value)
-    values, _ = report_sections._chart_values(isolated)
+    values, _ = chart_values(isolated)
     assert min(values) == 0.0 and all(v >= 0 for v in values)

@@ -25,6 +25,7 @@ from quantdbg.calibration.collect import (
     collect_stats,
     expose_tensors,
 )
+from quantdbg.calibration.compare import CalibratorComparison, compare_calibrators, histogram_sqnr
 from quantdbg.calibration.ranges import CalibrationResult, calibrate
 from quantdbg.calibration.smoothing import (
     ChannelAbsmax,
@@ -44,6 +45,7 @@ from quantdbg.calibration.stats import HIST_OVERSAMPLE, BinnedHistogram, Collect
 
 __all__ = [
     "HIST_OVERSAMPLE", "ActivationStream", "BinnedHistogram", "CalibrationResult", "Calibrator",
+    "CalibratorComparison", "compare_calibrators", "histogram_sqnr",
     "ChannelAbsmax", "CollectConfig", "Collected", "Collector", "EntropyConfig", "Migration", "MinMaxConfig",
     "MseConfig", "PercentileConfig", "Placement", "SkippedNode", "SmoothOp", "SmoothingConfig",
     "SmoothingResult", "TensorRange", "TensorStats",

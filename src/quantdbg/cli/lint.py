@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from quantdbg._io import write_json_atomic
-from quantdbg.diagnostics import RULES, LintReport, Severity, lint
+from quantdbg.diagnostics import FAIL_ON, RULES, LintReport, lint
 
 _EPILOG = """\
 exit status:
@@ -33,9 +33,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Q/DQ ONNX model (written by quantdbg, ONNX Runtime or ModelOpt).")
     parser.add_argument("--json", metavar="OUT.json", type=Path,
                         help="Also write the report as JSON (written atomically; the folder must exist).")
-    parser.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error",
-                        help="Exit with status 1 when a finding of this severity or worse is found "
-                             "(default: error; never: always exit 0 after a successful lint).")
+    parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                        help="Exit with status 1 when a finding of this severity or worse is found: high, "
+                             "medium, low or info; error and warning mean high and medium (default: error; "
+                             "never: always exit 0 after a successful lint).")
     parser.add_argument("--markdown", action="store_true", help="Print a Markdown table instead of text.")
     parser.add_argument("--skip", metavar="RULE", nargs="+", default=[], help="Rule ids to leave out.")
     parser.set_defaults(func=run)
@@ -54,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         write_json_atomic(args.json, report.to_dict())
     sys.stdout.write(report.to_markdown() if args.markdown else render_text(report))
-    if args.fail_on == "never":
-        return 0
-    return 1 if report.at_or_above(Severity(args.fail_on)) else 0
+    return 1 if report.fails(args.fail_on) else 0
 
 
 def render_text(report: LintReport, width: int = 100) -> str:
@@ -64,13 +63,12 @@ def render_text(report: LintReport, width: int = 100) -> str:
     lines = []
     indent = " " * 10
     for finding in report.findings:
-        lines.append(f"{finding.severity.value.upper():<9} {finding.rule}  [{finding.node}]")
-        lines.extend(textwrap.wrap(finding.message, width, initial_indent=indent, subsequent_indent=indent,
+        lines.append(f"{finding.severity.value.upper():<9} {finding.check}  [{finding.subjects[0]}]")
+        lines.extend(textwrap.wrap(finding.title, width, initial_indent=indent, subsequent_indent=indent,
                                    break_on_hyphens=False))
         lines.extend(textwrap.wrap(f"fix: {finding.fix}", width, initial_indent=indent,
                                    subsequent_indent=indent + "     ", break_on_hyphens=False))
-    counts = report.counts()
     total = len(report.findings)
-    lines.append(f"{report.model or 'model'}: {total} finding{'s' if total != 1 else ''} "
-                 f"({counts['error']} error, {counts['warning']} warning, {counts['info']} info)")
+    counts = ", ".join(f"{n} {severity}" for severity, n in report.counts().items())
+    lines.append(f"{report.model or 'model'}: {total} finding{'s' if total != 1 else ''} ({counts})")
     return "\n".join(lines) + "\n"

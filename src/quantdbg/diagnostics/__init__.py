@@ -1,7 +1,69 @@
-"""Diagnostics: the static Q/DQ lint for TensorRT and ``doctor``'s checks of the classic PTQ problems."""
-from quantdbg.diagnostics.checks import CHECKS, Cell, Evidence, Finding, compare_calibrators
-from quantdbg.diagnostics.doctor import DoctorConfig, DoctorReport, diagnose, format_cell
-from quantdbg.diagnostics.linter import RULES, LintReport, Severity, lint
+"""Diagnostics: the static Q/DQ lint for TensorRT and ``doctor``'s checks of the classic PTQ problems.
 
-__all__ = ["CHECKS", "RULES", "Cell", "DoctorConfig", "DoctorReport", "Evidence", "Finding", "LintReport",
-           "Severity", "compare_calibrators", "diagnose", "format_cell", "lint"]
+Both speak one language (:mod:`~quantdbg.diagnostics.findings`): a :class:`Finding` with a
+:class:`Severity`, its :class:`Evidence` and a fix. The lint's rules are a registry
+(:mod:`~quantdbg.diagnostics.lint_rules`) over a read-only graph view
+(:mod:`~quantdbg.diagnostics.qdq_graph`); the doctor's checks are a registry of one module each
+(:mod:`~quantdbg.diagnostics.checks`).
+"""
+from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
+from quantdbg.diagnostics.checks.calibration_size import (
+    ChunkedStats,
+    ScaleStability,
+    bootstrap_stability,
+    check_calibration_size,
+    collect_chunked,
+)
+from quantdbg.diagnostics.checks.calibrator_disagreement import check_calibrator_disagreement, layer_sqnr
+from quantdbg.diagnostics.checks.mixed_ranges import MixedRange, check_mixed_ranges, mixed_ranges
+from quantdbg.diagnostics.checks.qdq_fusion import check_qdq_fusion
+from quantdbg.diagnostics.checks.registry import CHECK_REGISTRY
+from quantdbg.diagnostics.checks.sensitive_layers import (
+    Confirmation,
+    LayerConfirmation,
+    check_sensitive_layers,
+    confirm_layers,
+)
+from quantdbg.diagnostics.checks.weight_zeroing import (
+    WeightZeroing,
+    check_weight_zeroing,
+    weight_zeroing,
+    zeroing_evidence,
+)
+from quantdbg.diagnostics.doctor import (
+    CheckRun,
+    DoctorReport,
+    RunStatus,
+    diagnose,
+    format_text,
+    sort_findings,
+)
+from quantdbg.diagnostics.doctor_config import CHECKS, CheckName, DoctorConfig
+from quantdbg.diagnostics.findings import (
+    FAIL_ON,
+    NO_EVIDENCE,
+    Cell,
+    Evidence,
+    Finding,
+    Severity,
+    fail_threshold,
+    format_cell,
+    markdown_cell,
+    reaches,
+    severity_counts,
+)
+from quantdbg.diagnostics.lint_rules import ALIGNMENT, FLOAT_ONLY_OPS, INT8_CAPABLE_OPS, RULES, Rule
+from quantdbg.diagnostics.linter import LINT_SEVERITIES, LintReport, lint
+from quantdbg.diagnostics.qdq_graph import WEIGHTED_OPS
+
+__all__ = [
+    "ALIGNMENT", "CHECKS", "CHECK_REGISTRY", "FAIL_ON", "FLOAT_ONLY_OPS", "INT8_CAPABLE_OPS",
+    "LINT_SEVERITIES", "NO_EVIDENCE", "RULES", "WEIGHTED_OPS", "Cell", "Check", "CheckContext",
+    "CheckName", "CheckOutcome", "CheckRun", "ChunkedStats", "Confirmation", "DoctorConfig",
+    "DoctorReport", "Evidence", "Finding", "LayerConfirmation", "LintReport", "MixedRange",
+    "Rule", "RunStatus", "ScaleStability", "Severity", "WeightZeroing", "bootstrap_stability",
+    "check_calibration_size", "check_calibrator_disagreement", "check_mixed_ranges", "check_qdq_fusion",
+    "check_sensitive_layers", "check_weight_zeroing", "collect_chunked", "confirm_layers", "diagnose",
+    "fail_threshold", "format_cell", "format_text", "layer_sqnr", "lint", "markdown_cell",
+    "mixed_ranges", "reaches", "severity_counts", "sort_findings", "weight_zeroing", "zeroing_evidence",
+]

@@ -1,4 +1,29 @@
-"""Reports: every result as self-contained HTML, Markdown, JSON, a DataFrame or notebook display."""
-from quantdbg.report.render import ReportBundle, load_result, write_report
+"""Reports: every result as self-contained HTML, Markdown, JSON, a DataFrame or notebook display.
 
-__all__ = ["ReportBundle", "load_result", "write_report"]
+``results`` (which kinds exist, :class:`ReportBundle`, JSON) -> ``sections`` (what a report says
+about each kind, one module per kind, dispatched on the result's class) -> ``html`` / ``markdown``
+(formats) -> ``render`` (files, DataFrames); ``plots`` draws the figures, ``display`` registers the
+notebook renderers.
+"""
+from quantdbg.report.html import render_html, repr_html
+from quantdbg.report.markdown import render_markdown
+from quantdbg.report.render import WrittenReport, to_dataframe, write_report
+from quantdbg.report.results import (
+    KINDS,
+    PRIMARY_TABLE,
+    ReportBundle,
+    ResultKind,
+    kind_of,
+    load_result,
+    render_json,
+    report_title,
+    result_from_dict,
+    result_types,
+)
+from quantdbg.report.sections.base import Plot, Section, Table
+from quantdbg.report.sections.registry import sections_of
+
+__all__ = ["KINDS", "PRIMARY_TABLE", "Plot", "ReportBundle", "ResultKind", "Section", "Table",
+           "WrittenReport", "kind_of", "load_result", "render_html", "render_json", "render_markdown",
+           "report_title", "repr_html", "result_from_dict", "result_types", "sections_of", "to_dataframe",
+           "write_report"]

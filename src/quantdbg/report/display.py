@@ -5,11 +5,9 @@ Imported by :mod:`quantdbg._display` on the first lookup (the package facade nam
 from __future__ import annotations
 
 from quantdbg import _display
-from quantdbg.calibration import CalibrationResult
-from quantdbg.diagnostics import DoctorReport, LintReport
-from quantdbg.fallback import FallbackPlan
-from quantdbg.report.render import ReportBundle, repr_html, to_dataframe
-from quantdbg.sensitivity import SensitivityReport
+from quantdbg.report.html import repr_html
+from quantdbg.report.render import to_dataframe
+from quantdbg.report.results import result_types
 
-for _cls in (CalibrationResult, SensitivityReport, FallbackPlan, LintReport, DoctorReport, ReportBundle):
+for _cls in result_types():
     _display.register(_cls, html=repr_html, frame=to_dataframe)

@@ -1,4 +1,4 @@
-"""The report's plots, drawn with matplotlib and returned as PNG bytes.
+"""The report's plots: matplotlib figures, and :func:`png` to turn one into PNG bytes.
 
 matplotlib is an optional dependency (extra ``report``) and is imported on first use. Figures are
 built with the object-oriented API on an Agg canvas, never through ``pyplot``, so drawing a report
@@ -64,7 +64,15 @@ def _figure(width: float, height: float, layout: str | None = "constrained") -> 
     return figure_mod.Figure(figsize=(width, height), dpi=_DPI, layout=layout)
 
 
-def _png(fig: Any) -> bytes:
+def png(fig: Any) -> bytes:
+    """A figure as PNG bytes, without metadata (the same figure gives the same bytes).
+
+    Args:
+        fig: A matplotlib Figure from one of this module's ``*_figure`` functions.
+
+    Returns:
+        The PNG file's bytes.
+    """
     buffer = io.BytesIO()
     # No "Software"/date metadata: identical data gives identical bytes.
     fig.savefig(buffer, format="png", dpi=_DPI, metadata={"Software": None})
@@ -75,9 +83,9 @@ def _short(name: str, limit: int = 42) -> str:
     return name if len(name) <= limit else "..." + name[-(limit - 3):]
 
 
-def ranking_chart(names: Sequence[str], values: Sequence[float], xlabel: str,
-                  title: str = "Layer sensitivity (most sensitive on top)",
-                  highlight: Sequence[str] = ()) -> bytes:
+def ranking_figure(names: Sequence[str], values: Sequence[float], xlabel: str,
+                   title: str = "Layer sensitivity (most sensitive on top)",
+                   highlight: Sequence[str] = ()) -> Any:
     """Horizontal bar chart of per-layer scores, in the given (ranked) order.
 
     Args:
@@ -88,7 +96,7 @@ def ranking_chart(names: Sequence[str], values: Sequence[float], xlabel: str,
         highlight: Layers to colour differently (e.g. the ones the fallback plan keeps out of INT8).
 
     Returns:
-        PNG bytes.
+        The matplotlib Figure (see :func:`png`).
     """
     n = len(names)
     fig = _figure(7.5, max(2.0, 0.32 * n + 1.0))
@@ -105,7 +113,7 @@ def ranking_chart(names: Sequence[str], values: Sequence[float], xlabel: str,
     if marked:
         ax.legend(handles=[_patch(_COLORS[1], "kept out of INT8"), _patch(_COLORS[0], "INT8")],
                   fontsize=8, loc="lower right")
-    return _png(fig)
+    return fig
 
 
 def _patch(color: str, label: str) -> Any:
@@ -113,7 +121,7 @@ def _patch(color: str, label: str) -> Any:
     return patches.Patch(color=color, label=label)
 
 
-def threshold_histograms(items: Sequence[ThresholdHistogram], columns: int = 2) -> bytes:
+def threshold_figure(items: Sequence[ThresholdHistogram], columns: int = 2) -> Any:
     """Per-tensor |x| histograms (log counts) with every calibrator's clip drawn as a line.
 
     Args:
@@ -121,7 +129,7 @@ def threshold_histograms(items: Sequence[ThresholdHistogram], columns: int = 2) 
         columns: Panels per row.
 
     Returns:
-        PNG bytes.
+        The matplotlib Figure (see :func:`png`).
     """
     rows = max(1, -(-len(items) // columns))
     # A fixed grid: constrained layout re-measures every log-axis tick label and takes seconds here.
@@ -151,11 +159,11 @@ def threshold_histograms(items: Sequence[ThresholdHistogram], columns: int = 2) 
     handles = [load("matplotlib.lines", "report").Line2D([], [], color=color_of[m], label=m) for m in methods]
     if handles:
         fig.legend(handles=handles, loc="upper center", ncols=len(handles), fontsize=8, frameon=False)
-    return _png(fig)
+    return fig
 
 
-def weight_zeroing_chart(nodes: Sequence[str], per_tensor: Sequence[float],
-                         per_channel: Sequence[float]) -> bytes:
+def weight_zeroing_figure(nodes: Sequence[str], per_tensor: Sequence[float],
+                          per_channel: Sequence[float]) -> Any:
     """Share of non-zero weights that quantize to 0, per node, per-tensor vs per-channel scale.
 
     Args:
@@ -164,7 +172,7 @@ def weight_zeroing_chart(nodes: Sequence[str], per_tensor: Sequence[float],
         per_channel: Fraction zeroed with one scale per output channel.
 
     Returns:
-        PNG bytes.
+        The matplotlib Figure (see :func:`png`).
     """
     n = len(nodes)
     fig = _figure(7.5, max(2.0, 0.36 * n + 1.2))
@@ -180,17 +188,17 @@ def weight_zeroing_chart(nodes: Sequence[str], per_tensor: Sequence[float],
     ax.set_title("Weights zeroed per node", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    return _png(fig)
+    return fig
 
 
-def scale_curves_chart(curves: Sequence[ScaleCurve]) -> bytes:
+def scale_curves_figure(curves: Sequence[ScaleCurve]) -> Any:
     """Scale relative to the full-set scale against the number of calibration samples.
 
     Args:
         curves: One curve per tensor; each is normalised by its own last median.
 
     Returns:
-        PNG bytes.
+        The matplotlib Figure (see :func:`png`).
     """
     fig = _figure(7.5, 3.6)
     ax = fig.add_subplot()
@@ -208,11 +216,11 @@ def scale_curves_chart(curves: Sequence[ScaleCurve]) -> bytes:
     ax.set_title("Scale against number of calibration samples (bootstrap 10-90% band)", fontsize=10)
     ax.grid(alpha=0.3)
     fig.legend(fontsize=7, loc="outside right upper")
-    return _png(fig)
+    return fig
 
 
-def fallback_chart(sizes: Sequence[int], values: Sequence[float], met: Sequence[bool], threshold: float,
-                   ylabel: str) -> bytes:
+def fallback_figure(sizes: Sequence[int], values: Sequence[float], met: Sequence[bool], threshold: float,
+                    ylabel: str) -> Any:
     """Every evaluation of a fallback search: metric against number of layers out of INT8.
 
     Args:
@@ -223,7 +231,7 @@ def fallback_chart(sizes: Sequence[int], values: Sequence[float], met: Sequence[
         ylabel: The metric.
 
     Returns:
-        PNG bytes.
+        The matplotlib Figure (see :func:`png`).
     """
     fig = _figure(6.0, 3.2)
     ax = fig.add_subplot()
@@ -241,4 +249,4 @@ def fallback_chart(sizes: Sequence[int], values: Sequence[float], met: Sequence[
     ax.set_title("Fallback search: evaluations in order", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return fig

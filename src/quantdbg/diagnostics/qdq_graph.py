@@ -1,0 +1,177 @@
+"""A read-only view of a Q/DQ ONNX graph for the lint: producers, consumers, constants, Q/DQ pairs.
+
+Works on any Q/DQ model (quantdbg's, ONNX Runtime's, ModelOpt's): it reads the graph syntactically
+and never modifies it.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from quantdbg.quant_math import weight_axis
+
+WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+"""Layers TensorRT runs as INT8 GEMM/convolution kernels when all their inputs are dequantized."""
+
+
+def attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    """The value of a node attribute, or ``default`` when the node does not set it."""
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return onnx.helper.get_attribute_value(attribute)
+    return default
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attribute in node.attribute:
+        if attribute.name == "value":
+            return numpy_helper.to_array(attribute.t)
+    return None
+
+
+@dataclass(frozen=True)
+class QParams:
+    """A Q or DQ node's quantization parameters, where they are constants.
+
+    Attributes:
+        scale: The scale (None when it is computed).
+        zero_point: The zero point (None when absent or computed).
+        axis: The ``axis`` attribute (1 by default).
+        int_dtype: The integer type: the zero point's, or a pre-quantized integer weight's.
+    """
+
+    scale: np.ndarray | None
+    zero_point: np.ndarray | None
+    axis: int
+    int_dtype: np.dtype | None
+
+
+class QdqGraph:
+    """Producer/consumer maps and constants of one ONNX graph (read-only)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.nodes = list(graph.node)
+        self.outputs = {vi.name for vi in graph.output}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        self.constants: dict[str, np.ndarray] = {init.name: numpy_helper.to_array(init)
+                                                  for init in graph.initializer}
+        for node in self.nodes:
+            for name in node.output:
+                self.producer[name] = node
+            for name in node.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(node)
+            if node.op_type == "Constant" and node.output:
+                value = _constant_value(node)
+                if value is not None:
+                    self.constants[node.output[0]] = value
+
+    def of_type(self, ops: Collection[str]) -> Iterator[onnx.NodeProto]:
+        """The nodes whose op type is one of ``ops``, in graph order."""
+        return (node for node in self.nodes if node.op_type in ops)
+
+    def producer_op(self, tensor: str) -> str | None:
+        """The op type producing ``tensor`` (None for a graph input or initializer)."""
+        node = self.producer.get(tensor)
+        return node.op_type if node is not None else None
+
+    def dq_of(self, tensor: str) -> onnx.NodeProto | None:
+        """The DequantizeLinear producing ``tensor``, if any."""
+        node = self.producer.get(tensor)
+        return node if node is not None and node.op_type == "DequantizeLinear" else None
+
+    def q_before(self, dq: onnx.NodeProto) -> onnx.NodeProto | None:
+        """The QuantizeLinear feeding ``dq``, if any."""
+        node = self.producer.get(dq.input[0])
+        return node if node is not None and node.op_type == "QuantizeLinear" else None
+
+    def weight_of(self, dq: onnx.NodeProto) -> np.ndarray | None:
+        """The constant a DequantizeLinear dequantizes (directly or through a Q), or None."""
+        source = dq.input[0]
+        q = self.q_before(dq)
+        if q is not None:
+            source = q.input[0]
+        return self.constants.get(source)
+
+    def quantized_consumers(self, tensor: str) -> list[onnx.NodeProto]:
+        """QuantizeLinear nodes reading ``tensor``."""
+        return [c for c in self.consumers.get(tensor, []) if c.op_type == "QuantizeLinear"]
+
+    def qparams(self, node: onnx.NodeProto) -> QParams:
+        """The constant quantization parameters of a Q or DQ node."""
+        scale = self.constants.get(node.input[1]) if len(node.input) > 1 else None
+        zp = self.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        dtype = zp.dtype if zp is not None else None
+        if dtype is None and node.op_type == "DequantizeLinear" and node.input[0] in self.constants:
+            dtype = self.constants[node.input[0]].dtype  # pre-quantized integer weights
+        return QParams(scale, zp, int(attr(node, "axis", 1)), dtype)
+
+    def pairs(self) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto | None]]:
+        """(reported node, its Q partner) for every DQ, and every Q that feeds no DQ."""
+        for node in self.nodes:
+            if node.op_type == "DequantizeLinear":
+                yield node, self.q_before(node)
+            elif node.op_type == "QuantizeLinear":
+                if not any(c.op_type == "DequantizeLinear" for c in self.consumers.get(node.output[0], [])):
+                    yield node, None
+
+    def is_weight(self, node: onnx.NodeProto) -> bool:
+        """Whether a Q or DQ node quantizes a constant."""
+        if node.op_type == "DequantizeLinear":
+            return self.weight_of(node) is not None
+        return node.input[0] in self.constants
+
+    def weight_inputs(self) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto, np.ndarray]]:
+        """(weighted op, DQ on its input 1, the weight constant) for every dequantized weight."""
+        for node in self.nodes:
+            if node.op_type in WEIGHTED_OPS and len(node.input) > 1:
+                dq = self.dq_of(node.input[1])
+                weight = self.weight_of(dq) if dq is not None else None
+                if dq is not None and weight is not None and weight.ndim >= 1:
+                    yield node, dq, weight
+
+    def weighted_source(self, tensor: str) -> onnx.NodeProto | None:
+        """The weighted op whose output reaches ``tensor`` through exactly one Q -> DQ pair."""
+        dq = self.dq_of(tensor)
+        q = self.q_before(dq) if dq is not None else None
+        producer = self.producer.get(q.input[0]) if q is not None else None
+        return producer if producer is not None and producer.op_type in WEIGHTED_OPS else None
+
+
+def output_channel_axis(node: onnx.NodeProto, rank: int) -> int | None:
+    """Output-channel axis of input 1 of a weighted op (None: the weight has no channel axis)."""
+    return weight_axis(node.op_type, rank, bool(int(attr(node, "transB", 0))))
+
+
+def channel_counts(node: onnx.NodeProto, weight: np.ndarray) -> tuple[int, int] | None:
+    """(input channels, output channels) of a weighted op, from its weight."""
+    group = int(attr(node, "group", 1))
+    if node.op_type == "Conv" and weight.ndim >= 3:
+        return int(weight.shape[1]) * group, int(weight.shape[0])
+    if node.op_type == "ConvTranspose" and weight.ndim >= 3:
+        return int(weight.shape[0]), int(weight.shape[1]) * group
+    if node.op_type == "Gemm" and weight.ndim == 2:
+        rows, cols = (int(d) for d in weight.shape)
+        return (cols, rows) if int(attr(node, "transB", 0)) else (rows, cols)
+    if node.op_type == "MatMul" and weight.ndim >= 2:
+        return int(weight.shape[-2]), int(weight.shape[-1])
+    return None
+
+
+def pair_name(node: onnx.NodeProto, q: onnx.NodeProto | None) -> str:
+    """How a message names a Q/DQ pair: ``'q' -> 'dq'``, or the lone node."""
+    return f"{q.name!r} -> {node.name!r}" if q is not None else repr(node.name)
+
+
+def preview(values: np.ndarray, limit: int = 4) -> str:
+    """A few values of an array for a message (``[0.01, 0.02, ...]``; a scalar as itself)."""
+    flat = np.asarray(values).reshape(-1)
+    shown = ", ".join(f"{v:.6g}" for v in flat[:limit].tolist())
+    return f"[{shown}{', ...' if flat.size > limit else ''}]" if flat.size > 1 else shown

@@ -1,0 +1,101 @@
+"""Sections of a sensitivity report: the ranking (chart, table with evidence), the error along the graph."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from quantdbg.config import TensorKind
+from quantdbg.diagnostics import Cell
+from quantdbg.report.plots import png, ranking_figure
+from quantdbg.report.sections.base import MAX_BARS, Plot, Section, Table, fmt
+from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
+
+WORST_TENSORS = 20
+"""Intermediate tensors listed in the error-along-the-graph table."""
+
+
+def _deficit(values: Sequence[float], higher_is_better: bool) -> list[float]:
+    """How far each value is from the best finite one (>= 0; non-finite values draw no bar)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return [0.0] * len(values)
+    best = max(finite) if higher_is_better else min(finite)
+    return [abs(best - v) if math.isfinite(v) else 0.0 for v in values]
+
+
+def chart_values(report: SensitivityReport) -> tuple[list[float], str]:
+    """What the ranking chart draws per layer (longer bar = more sensitive) and its label."""
+    layers = report.layers
+    values = [layer.value for layer in layers]
+    sign = 1.0 if report.higher_is_better else -1.0
+    if report.mode == "local":
+        return _deficit(values, True), "noise of the layer's own output above the quietest layer's (dB)"
+    if report.mode == "cumulative":
+        return [layer.score for layer in layers], "noise-to-signal ratio the layer adds"
+    ref = report.reference_value
+    if report.mode == "isolated" and ref is not None and math.isfinite(ref):
+        return [sign * (ref - v) for v in values], f"{report.metric} lost with only this layer in INT8"
+    if report.mode == "isolated":  # e.g. SQNR, whose FP32 reference is infinite
+        return (_deficit(values, report.higher_is_better),
+                f"{report.metric} with only this layer in INT8, below the least harmful layer's")
+    base = report.baseline_value
+    if base is not None and math.isfinite(base):
+        return ([sign * (v - base) for v in values],
+                f"{report.metric} regained by taking only this layer out of INT8")
+    return _deficit(values, not report.higher_is_better), f"{report.metric} regained (relative)"
+
+
+def _evidence_cells(layer: LayerSensitivity) -> tuple[Cell, ...]:
+    ev = layer.evidence
+    if ev is None:
+        return (None, None, None, None)
+    return (ev.weight_zero_fraction_per_tensor, ev.weight_zero_fraction, ev.activation_outlier_ratio,
+            ev.best_calibrator)
+
+
+def _paragraphs(report: SensitivityReport) -> tuple[str, ...]:
+    paragraphs = [f"Mode {report.mode}: {report.score_meaning}. {len(report.layers)} quantized layer(s), "
+                  f"{report.n_samples} sample(s), {report.n_passes} pass(es), {report.seconds:.1f} s."]
+    if report.reference_value is not None or report.baseline_value is not None:
+        paragraphs.append(f"{report.metric}: FP32 {fmt(report.reference_value)}, every layer in INT8 "
+                          f"{fmt(report.baseline_value)}.")
+    if report.baseline is not None:
+        total = report.baseline.total
+        paragraphs.append(f"Fully quantized outputs against FP32: SQNR {fmt(total.sqnr_db, '.2f')} dB, "
+                          f"cosine {fmt(total.cosine, '.5f')}.")
+    return tuple(paragraphs)
+
+
+def sensitivity_sections(report: SensitivityReport, highlight: Sequence[str] = ()) -> list[Section]:
+    """Ranking chart and table (with the evidence), plus the error along the graph in cumulative mode.
+
+    Args:
+        report: The ranking.
+        highlight: Layers drawn in another colour (e.g. those a fallback plan keeps out of INT8).
+    """
+    values, label = chart_values(report)
+    names = [layer.node for layer in report.layers[:MAX_BARS]]
+    plot = Plot(f"Ranking ({report.mode})",
+                lambda: png(ranking_figure(names, values[:len(names)], label, highlight=highlight)),
+                "Bar chart of layer sensitivity: " + ", ".join(names[:10]))
+    rows = tuple((layer.rank, layer.node, layer.op_type, layer.score, layer.value,
+                  None if layer.metrics is None else layer.metrics.sqnr_db,
+                  ", ".join(sorted({i.calibrator for i in layer.inputs if i.kind is TensorKind.ACTIVATION})),
+                  *_evidence_cells(layer)) for layer in report.layers)
+    columns = ("rank", "node", "op", "score", "value", "SQNR (dB)", "activation calibrator",
+               "weights zeroed per-tensor", "weights zeroed (in use)", "outlier ratio", "best calibrator")
+    sections = [Section(f"Sensitivity ranking ({report.mode})", _paragraphs(report),
+                        (Table(columns, rows, "sensitivity-ranking", "Most sensitive first."),), (plot,))]
+    if report.tensors:
+        sections.append(_cumulative_section(report))
+    return sections
+
+
+def _cumulative_section(report: SensitivityReport) -> Section:
+    tensors = report.tensors
+    worst = sorted(tensors, key=lambda t: t.metrics.sqnr_db)[:WORST_TENSORS]
+    rows = tuple((t.tensor, t.node, t.op_type, t.metrics.sqnr_db, t.metrics.cosine) for t in worst)
+    text = (f"{len(tensors)} intermediate tensors of the fully quantized model compared with FP32; the "
+            f"{WORST_TENSORS} with the lowest SQNR:")
+    table = Table(("tensor", "node", "op", "SQNR (dB)", "cosine"), rows, "cumulative-tensors")
+    return Section("Error along the graph", (text,), (table,), level=3)
