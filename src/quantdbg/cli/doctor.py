@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import typing
 
 from quantdbg.cli._options import check_outputs
 from quantdbg.config import CalibConfig
-from quantdbg.diagnostics import CHECKS, DoctorConfig, Finding, diagnose
+from quantdbg.diagnostics import CHECKS, DoctorConfig, Severity, diagnose
 from quantdbg.report import write_report
 
-FAIL_LEVELS: tuple[str, ...] = typing.get_args(typing.get_type_hints(Finding)["severity"])
-"""``--fail-on`` choices: the severities a finding can have (its ``severity`` type), most serious first."""
+FAIL_LEVELS: tuple[str, ...] = tuple(s.value for s in Severity)
+"""``--fail-on`` choices: the severities a finding can have, most serious first."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,8 +68,4 @@ def run_doctor(args: argparse.Namespace) -> int:
         written = write_report(report, html=args.html, markdown=args.md, json=args.json)
         paths = [str(p) for p in (written.json, written.html, written.markdown) if p is not None]
         sys.stdout.write(f"wrote {', '.join(paths)}\n")
-    if args.fail_on is not None:
-        worst = FAIL_LEVELS.index(args.fail_on)
-        if any(FAIL_LEVELS.index(f.severity) <= worst for f in report.findings):
-            return 1
-    return 0
+    return 1 if args.fail_on is not None and report.fails(args.fail_on) else 0
