@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _zoo_tasks import ZOO, load_task  # noqa: E402
 
 import quantdbg  # noqa: E402
+import quantdbg.qdq  # noqa: E402
 from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator  # noqa: E402
 
 METHODS = ("minmax", "entropy", "percentile", "mse")
@@ -70,7 +71,7 @@ def _sha(model: Any) -> str:
 def _scales(qmodel: Any, work: Path) -> dict[str, Any]:
     cache, scales = work / "calib.cache", work / "scales.json"
     quantdbg.write_trt_cache(qmodel.calibration, cache)
-    quantdbg.write_scales_json(qmodel, scales)
+    quantdbg.qdq.write_scales_json(qmodel, scales)
     return {"model_sha256": _sha(qmodel.model), "cache": cache.read_text(),
             "scales": json.loads(scales.read_text())}
 

@@ -131,3 +131,59 @@ def test_imports_inside_functions_and_type_checking_blocks_count(tmp_path):
                       "def f():\n    from quantdbg.calibration import stats\n    import quantdbg.model\n")
     found = _imports(source, _modules())
     assert found == {"quantdbg.report.render", "quantdbg.calibration.stats", "quantdbg.model"}
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_CODE_LINES = 50
+MAX_PUBLIC_PARAMETERS = 6
+
+
+def _code_lines(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function that hold code: its docstring, comments and blank lines aside."""
+    body = node.body
+    doc = range(0)
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        doc = range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1)
+    return sum(1 for i in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+               if i not in doc and lines[i - 1].strip() and not lines[i - 1].strip().startswith("#"))
+
+
+def _functions() -> list[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef, list[str]]]:
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        found += [(path, node, lines) for node in ast.walk(ast.parse(text))
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return found
+
+
+def test_no_module_is_over_the_size_limit():
+    big = [f"{p.relative_to(SRC)}: {n}" for p in sorted(SRC.rglob("*.py"))
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not big, big
+
+
+def test_no_function_is_over_the_size_limit():
+    long = [f"{p.relative_to(SRC)}:{f.lineno} {f.name}: {n}" for p, f, lines in _functions()
+            if (n := _code_lines(lines, f)) > MAX_FUNCTION_CODE_LINES]
+    assert not long, long
+
+
+def test_no_public_function_takes_too_many_parameters():
+    def count(f: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+        args = f.args
+        own = 1 if args.args and args.args[0].arg in ("self", "cls") else 0
+        return len(args.posonlyargs) + len(args.args) + len(args.kwonlyargs) - own
+
+    wide = [f"{p.relative_to(SRC)}:{f.lineno} {f.name}: {count(f)}" for p, f, _ in _functions()
+            if not f.name.startswith("_") and count(f) > MAX_PUBLIC_PARAMETERS]
+    assert not wide, wide
+
+
+def test_the_size_measure_leaves_docstrings_and_comments_out():
+    source = 'def f(a):\n    """Doc.\n\n    More doc.\n    """\n    # why\n\n    return a\n'
+    node = ast.parse(source).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    assert _code_lines(source.splitlines(), node) == 2

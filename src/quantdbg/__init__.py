@@ -14,46 +14,26 @@ from quantdbg._version import __version__ as __version__
 # Results render in notebooks through the display hook; the report package fills it when first asked.
 _display.add_provider("quantdbg.report.display")
 
-_EXPORTS = {
-    # errors
-    "QuantDbgError": "quantdbg.errors", "ModelError": "quantdbg.errors", "DataError": "quantdbg.errors",
-    "ConfigError": "quantdbg.errors", "FormatError": "quantdbg.errors",
-    "MissingDependencyError": "quantdbg.errors", "BackendError": "quantdbg.errors",
-    "NotCalibratedError": "quantdbg.errors", "QuantDbgWarning": "quantdbg.errors",
-    # configs and data
-    "CalibConfig": "quantdbg.config", "QuantConfig": "quantdbg.config", "Precision": "quantdbg.config",
-    "load_model": "quantdbg.model", "save_model": "quantdbg.model",
-    "ArrayData": "quantdbg.data", "load_npz": "quantdbg.data",
-    # calibration
-    "calibrate": "quantdbg.calibration.ranges", "CalibrationResult": "quantdbg.calibration.ranges",
-    "collect_stats": "quantdbg.calibration.collect", "TensorStats": "quantdbg.calibration.stats",
-    "TensorRange": "quantdbg.calibration.calibrators.base",
-    "register_calibrator": "quantdbg.calibration.calibrators.base",
-    "get_calibrator": "quantdbg.calibration.calibrators.base",
-    "available_calibrators": "quantdbg.calibration.calibrators.base",
-    # Q/DQ placement, insertion, removal; the one-call path; caches
-    "QuantTarget": "quantdbg.placement.plan", "QdqPlan": "quantdbg.placement.plan",
-    "plan_qdq": "quantdbg.placement.plan",
-    "QdqRecord": "quantdbg.qdq.records", "QuantizedModel": "quantdbg.qdq.records",
-    "insert_qdq": "quantdbg.qdq.insert", "remove_qdq": "quantdbg.qdq.remove",
-    "records_from_model": "quantdbg.qdq.foreign", "quantize": "quantdbg.qdq.quantizer",
-    "write_trt_cache": "quantdbg.qdq.cache", "read_trt_cache": "quantdbg.qdq.cache",
-    "write_scales_json": "quantdbg.qdq.cache", "read_scales_json": "quantdbg.qdq.cache",
-    # the ONNX Runtime backend
-    "OnnxrtRunner": "quantdbg.backends.onnxrt", "OrtConfig": "quantdbg.backends.onnxrt",
-    # sensitivity analysis and fallback search
-    "analyze_sensitivity": "quantdbg.sensitivity",
-    "SensitivityReport": "quantdbg.sensitivity",
-    "search_fallback": "quantdbg.fallback", "auto_fallback": "quantdbg.fallback",
-    "FallbackTarget": "quantdbg.fallback", "FallbackPlan": "quantdbg.fallback",
-    "FallbackConfig": "quantdbg.fallback", "write_mixed_model": "quantdbg.fallback",
-    # diagnostics and reports
-    "lint": "quantdbg.diagnostics.linter", "LintReport": "quantdbg.diagnostics.linter",
-    "diagnose": "quantdbg.diagnostics.doctor", "DoctorConfig": "quantdbg.diagnostics.doctor_config",
-    "write_report": "quantdbg.report.render", "load_result": "quantdbg.report.results",
-    "ReportBundle": "quantdbg.report.results",
-    "load_embedded": "quantdbg.demo", "run_demo": "quantdbg.demo",
+# The documented API, by the package that owns each name; everything else is reachable through its
+# package (quantdbg.calibration, quantdbg.placement, quantdbg.qdq, quantdbg.backends, ...).
+_API: dict[str, tuple[str, ...]] = {
+    "quantdbg.errors": ("QuantDbgError", "ModelError", "DataError", "ConfigError", "FormatError",
+                        "MissingDependencyError", "BackendError", "NotCalibratedError", "QuantDbgWarning"),
+    "quantdbg.config": ("CalibConfig", "QuantConfig", "Precision"),
+    "quantdbg.model": ("load_model", "save_model"),
+    "quantdbg.data": ("load_npz",),
+    "quantdbg.placement": ("plan_qdq",),
+    "quantdbg.calibration": ("calibrate", "CalibrationResult", "register_calibrator"),
+    "quantdbg.qdq": ("quantize", "insert_qdq", "remove_qdq", "records_from_model", "QuantizedModel",
+                     "write_trt_cache", "read_trt_cache"),
+    "quantdbg.sensitivity": ("analyze_sensitivity", "SensitivityConfig", "SensitivityReport"),
+    "quantdbg.diagnostics": ("lint", "LintReport", "diagnose", "DoctorConfig", "DoctorReport"),
+    "quantdbg.fallback": ("auto_fallback", "search_fallback", "FallbackConfig", "FallbackTarget",
+                          "FallbackPlan"),
+    "quantdbg.report": ("write_report", "load_result", "ReportBundle"),
+    "quantdbg.demo": ("load_embedded", "run_demo"),
 }
+_EXPORTS = {name: module for module, names in _API.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
