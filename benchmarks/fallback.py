@@ -139,10 +139,10 @@ def run_flow(name: str, mode: str, strategy: str, work: Path, which: int = 0,
     search_s = time.perf_counter() - start
     plan = result.plan
     row = {"model": name, "quantizer": quantizer, "target": label, "ranking": mode, "strategy": strategy,
-           "status": plan.status, "layers": len(qmodel.layers), "nodes": list(plan.nodes),
-           "n_fp16": len(plan.nodes), "evaluations": plan.n_evaluations, "budget": plan.budget,
+           "status": plan.status, "layers": len(qmodel.layers), "exclude": list(plan.exclude),
+           "n_fp16": len(plan.exclude), "evaluations": plan.n_evaluations, "budget": plan.budget,
            "verified_value": plan.value, "rank_s": round(rank_s, 1), "search_s": round(search_s, 1),
-           "curve": [(len(e.nodes), e.value, e.purpose) for e in plan.evaluations]}
+           "curve": [(len(e.exclude), e.value, e.purpose) for e in plan.evaluations]}
     if result.mixed is not None:
         path = work / f"{name}_{quantizer}_{mode}_{strategy}_{which}_mixed.onnx"
         result.mixed.save(path)
@@ -173,11 +173,11 @@ def _fmt_eval(name: str, scores: dict) -> str:
 def markdown(rows: list[dict], ints: list[dict], command: str) -> str:
     """The RESULTS.md section."""
     lines = ["## FP16 fallback search (automatic flow)", "",
-             f"Command: `{command}`. One ONNX Runtime thread. Every mixed model is written with FP16 "
-             "fallback layers and re-scored by the model builder's own `--eval` in a separate process "
-             "(../shared/models); search evaluations run in one session of the switchable graph, the "
-             "verification on the real FP16 model. Budget: floor(2*log2(L)+2) full evaluations + 1 "
-             "verification.", "",
+             f"Command: `{command}`. One ONNX Runtime thread. Every mixed model is written with the "
+             "layers kept out of INT8 in FP16 and re-scored by the model builder's own `--eval` in a "
+             "separate process (../shared/models); search evaluations run in one session of the "
+             "switchable graph, the verification on the real FP16 model. Budget: floor(2*log2(L)+2) full "
+             "evaluations + 1 verification.", "",
              "| model | FP32 | all INT8 (quantdbg) |", "|---|---|---|"]
     for r in ints:
         lines.append(f"| {r['model']} | {_fmt_eval(r['model'], r['fp32'])} | "
@@ -192,9 +192,9 @@ def markdown(rows: list[dict], ints: list[dict], command: str) -> str:
                      f"{r['evaluations']} / {r['budget']} + 1 | {scored} | {r['search_s']} |")
     lines += ["", "Layers kept in FP16:", ""]
     for r in rows:
-        nodes = ", ".join(f"`{n}`" for n in r["nodes"]) or "none"
+        exclude = ", ".join(f"`{n}`" for n in r["exclude"]) or "none"
         lines.append(f"- {r['model']} ({r['quantizer']}, {r['target']}, {r['ranking']}, {r['strategy']}): "
-                     f"{nodes}")
+                     f"{exclude}")
     return "\n".join(lines) + "\n"
 
 

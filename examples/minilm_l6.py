@@ -83,7 +83,7 @@ def main() -> int:
                          score["emb_cosine_vs_fp32_mean"]))
     print_table(f"all-MiniLM-L6-v2 ({folder}): retrieval on {len(evals['input_ids']) // 2} pairs",
                 ["variant", "INT8 MatMuls", "recall@1", "MRR", "cosine vs FP32"], rows)
-    print(f"kept out of INT8: {', '.join(found.plan.nodes) or 'none'}")
+    print(f"kept out of INT8: {', '.join(found.plan.exclude) or 'none'}")
     print(f"fallback: {found.plan.message}")
     return 0
 

@@ -62,7 +62,7 @@ def main() -> int:
             rows.append((name, f"{count}/{n}", score["roc_auc"], score["f1_at_0.5"]))
     print_table(f"Silero VAD ({folder}): speech frames in 32 noisy clips",
                 ["variant", "INT8 layers", "ROC-AUC", "F1@0.5"], rows)
-    print(f"kept out of INT8: {', '.join(found.plan.nodes) or 'none'}")
+    print(f"kept out of INT8: {', '.join(found.plan.exclude) or 'none'}")
     print(f"fallback: {found.plan.message}")
     return 0
 

@@ -80,7 +80,7 @@ def report_results(seed: int = 0) -> dict:
     local = analyze_sensitivity(model, qmodel, data, runner_factory=factory)
     isolated = analyze_sensitivity(model, qmodel, data, SensitivityConfig(mode="isolated", evidence=False),
                                    runner_factory=factory)
-    plan = search_fallback(isolated, lambda nodes: float(len(nodes)), FallbackTarget.min_metric(1.0))
+    plan = search_fallback(isolated, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
     doctor = diagnose(model, data, config=DoctorConfig(threads=1, bootstrap_rounds=4, bootstrap_chunks=4,
                                                        batch_size=8))
     results = {"calibration": qmodel.calibration, "sensitivity": local, "isolated": isolated,

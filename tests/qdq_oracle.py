@@ -48,18 +48,18 @@ class Oracle:
     """Runs a test model's maths in NumPy, fake-quantizing where ``amax`` says (None: FP32)."""
 
     def __init__(self, model: onnx.ModelProto, amax: dict[str, float] | None = None,
-                 keep_fp: tuple[str, ...] = ()) -> None:
+                 exclude: tuple[str, ...] = ()) -> None:
         self.w = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.amax = amax
-        self.keep_fp = keep_fp
+        self.exclude = exclude
 
     def act(self, node: str, tensor: str, value: np.ndarray) -> np.ndarray:
-        if self.amax is None or node in self.keep_fp:
+        if self.amax is None or node in self.exclude:
             return value
         return fq(value, self.amax[tensor])
 
     def weight(self, node: str, name: str, axis: int) -> np.ndarray:
-        if self.amax is None or node in self.keep_fp:
+        if self.amax is None or node in self.exclude:
             return self.w[name]
         return fq_weight(self.w[name], axis)
 

@@ -41,7 +41,7 @@ def test_notebook_runs_without_errors_and_its_summary_holds(executed):
     assert sorted(summary["isolated_ranking"]) == sorted(summary["local_ranking"])
     assert len(summary["isolated_ranking"]) == 8
     assert summary["fallback_status"] == "met"
-    assert summary["fallback_nodes"][0] == summary["isolated_ranking"][0]
+    assert summary["fallback_exclude"][0] == summary["isolated_ranking"][0]
     assert summary["mixed_sqnr_db"] >= 42.0 > summary["int8_sqnr_db"]["entropy"]
     assert summary["mixed_top1"] >= summary["fp32_top1"] - 0.005
     assert set(summary["doctor_checks"].values()) <= {"fired", "clear"}

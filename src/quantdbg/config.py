@@ -176,7 +176,7 @@ class QuantConfig(_json.Serializable):
 
     Attributes:
         op_types: Op types whose inputs are quantized (both data and weight inputs).
-        exclude: Node names or globs left unquantized.
+        exclude: Node names or globs kept out of INT8 (planned without Q/DQ pairs).
         quantize_residual_add: Quantize the other input of an Add fed by a quantized Conv, so
             TensorRT fuses Conv+Add.
         per_channel: Per-output-channel weight scales (per-tensor otherwise).

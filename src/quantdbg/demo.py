@@ -127,7 +127,7 @@ class DemoResult:
         scores: FP32, INT8 and mixed precision on the evaluation set.
         n_layers: Quantizable layers of the model.
         culprits: Most sensitive layers (isolated ranking), with their isolated output SQNR (dB).
-        fallback: Layers the fallback plan keeps out of INT8.
+        excluded: Layers the fallback plan keeps out of INT8.
         bundle: Every result, ready for :mod:`quantdbg.report`.
         files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan), by name.
         seconds: Wall time.
@@ -138,7 +138,7 @@ class DemoResult:
     scores: tuple[VariantScore, ...]
     n_layers: int
     culprits: tuple[tuple[str, float], ...]
-    fallback: tuple[str, ...]
+    excluded: tuple[str, ...]
     bundle: Any
     files: Mapping[str, Path]
     seconds: float
@@ -154,7 +154,7 @@ class DemoResult:
             lines.append(f"{s.name:<9} {count:>11} {100 * s.top1:>7.2f}% {sqnr:>20}")
         lines.append("top culprit layers (output SQNR with only that layer in INT8): "
                      + ", ".join(f"{name} {value:.1f} dB" for name, value in self.culprits))
-        lines.append("kept out of INT8 by the fallback search: " + (", ".join(self.fallback) or "none"))
+        lines.append("kept out of INT8 by the fallback search: " + (", ".join(self.excluded) or "none"))
         return "\n".join(lines) + "\n"
 
 
@@ -178,7 +178,7 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
         progress: Show progress bars.
 
     Returns:
-        The scores, culprits, fallback set, the report bundle and the files written.
+        The scores, culprits, layers kept out of INT8, the report bundle and the files written.
 
     Raises:
         ConfigError: ``out_dir`` does not exist.
@@ -203,11 +203,11 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     doctor = diagnose(emb.model_path, emb.calib, emb.eval_inputs, DoctorConfig(threads=threads),
                       progress=progress)
     n_layers = len(qmodel.layers)
-    scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.fallback), threads)
+    scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.excluded), threads)
     bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
     files = _write(folder, bundle, qmodel, mixed, plan)
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
-    return DemoResult(scores, n_layers, culprits, tuple(mixed.fallback), bundle, files,
+    return DemoResult(scores, n_layers, culprits, tuple(mixed.excluded), bundle, files,
                       round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
 
 
@@ -220,14 +220,14 @@ def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
     return folder
 
 
-def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_fallback: int,
+def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_excluded: int,
             threads: int) -> tuple[VariantScore, ...]:
     """FP32, INT8 and mixed precision: top-1 on the evaluation set, and logits SQNR against FP32."""
     from quantdbg.evaluation import compare_arrays
 
     fp_top1, ref = _top1(str(emb.model_path), emb.eval_inputs, emb.labels, threads)
     found = [VariantScore("FP32", 0, fp_top1, math.inf)]
-    for name, model, count in (("INT8", int8, n_layers), ("mixed", mixed, n_layers - n_fallback)):
+    for name, model, count in (("INT8", int8, n_layers), ("mixed", mixed, n_layers - n_excluded)):
         top1, logits = _top1(model, emb.eval_inputs, emb.labels, threads)
         found.append(VariantScore(name, count, top1, float(compare_arrays(ref, logits).sqnr_db)))
     return tuple(found)
@@ -242,8 +242,8 @@ def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibrati
                        tuple((s.name, s.int8_layers, s.top1, s.sqnr_db) for s in scores))
     notes = (f"The embedded digits CNN (scikit-learn's UCI digits, {len(ranking.layers)} quantizable layers) "
              "calibrated with the entropy calibrator, ranked layer by layer (isolated: only that layer in "
-             "INT8), then searched for the smallest FP16 fallback set reaching logits SQNR >= "
-             f"{min_sqnr_db:g} dB.",
+             "INT8), then searched for the smallest set of layers to keep out of INT8 (in FP16) reaching "
+             f"logits SQNR >= {min_sqnr_db:g} dB.",
              plan.message)
     return ReportBundle("quantdbg demo: digits CNN", (calibration, ranking, plan, doctor), summary, notes)
 

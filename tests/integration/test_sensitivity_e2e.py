@@ -46,8 +46,8 @@ def test_cli_fallback_model_meets_its_target_when_rerun(tmp_path, rng):
     got = _run(tmp_path / "mixed.onnx", [{"x": x[16:]}]).astype(np.float64)
     assert 10 * np.log10((ref**2).sum() / ((got - ref) ** 2).sum()) >= 35
     mixed = records_from_model(tmp_path / "mixed.onnx")
-    assert set(mixed.layers).isdisjoint(plan["nodes"])
-    assert len(mixed.layers) + len(plan["nodes"]) == len(plan["ranking"])
+    assert set(mixed.layers).isdisjoint(plan["exclude"])
+    assert len(mixed.layers) + len(plan["exclude"]) == len(plan["ranking"])
 
 
 @pytest.mark.zoo

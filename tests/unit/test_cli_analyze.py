@@ -69,13 +69,14 @@ def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
                            files / "eval.npz", "--min-sqnr", "30", "--out", mixed, "--plan", plan_path)
     assert code == 0
     plan = FallbackPlan.from_dict(json.loads(plan_path.read_text()))
-    assert plan.status == "met" and plan.nodes == ("fc2",)
+    assert plan.status == "met" and plan.exclude == ("fc2",)
     consumers = {n.name: n for n in onnx.load(str(mixed)).graph.node}
     producers = {o: n.op_type for n in consumers.values() for o in n.output}
     assert "DequantizeLinear" not in [producers.get(t) for t in consumers["fc2"].input]
-    assert stdout.startswith("met: 1 of 4 layer(s) in fp16")
+    assert stdout.startswith("met: 1 of 4 layer(s) kept out of INT8 in fp16, value ")
+    assert stdout.splitlines()[1:] == ["  fc2"]
     build = json.loads(plan_path.read_text())["tensorrt"]["build"]
-    assert build["spec"]["fallback_nodes"] == ["fc2"]
+    assert build["spec"]["exclude"] == ["fc2"] and build["spec"]["exclude_precision"] == "fp16"
     assert build["spec"]["shapes"]["x"] == {"min": [12, 16], "opt": [12, 16], "max": [12, 16]}  # eval.npz
     assert f"--onnx={mixed}" in build["commands"]["trtexec"]
     assert "--stronglyTyped" in build["commands"]["trtexec"]
@@ -88,7 +89,7 @@ def test_fallback_with_an_evaluation_command(files, capsys, tmp_path):
                         "fp32", "--out", tmp_path / "mixed.onnx", "--plan", plan_path)
     assert code == 0, err
     plan = json.loads(plan_path.read_text())
-    assert len(plan["nodes"]) == 2 and plan["value"] == -4.0 and plan["precision"] == "fp32"
+    assert len(plan["exclude"]) == 2 and plan["value"] == -4.0 and plan["precision"] == "fp32"
 
 
 def test_unreachable_target(files, capsys, tmp_path):

@@ -28,7 +28,8 @@ def test_report_renders_html_and_markdown(tmp_path, capsys):
     plan_json = tmp_path / "plan.json"
     from quantdbg.fallback import FallbackTarget, search_fallback
 
-    plan = search_fallback(["a", "b", "c"], lambda nodes: float(len(nodes)), FallbackTarget.min_metric(2.0))
+    plan = search_fallback(["a", "b", "c"], lambda exclude: float(len(exclude)),
+                           FallbackTarget.min_metric(2.0))
     write_report(plan, json=plan_json)
     html, md = tmp_path / "r.html", tmp_path / "r.md"
     status = main(["report", str(plan_json), "--html", str(html), "--md", str(md)])
@@ -101,4 +102,4 @@ def test_demo_prints_the_table_and_the_report_path(tmp_path, capsys):
     kept = re.search(r"kept out of INT8 by the fallback search: (.*)$", text, re.M).group(1).split(", ")
     assert 8 - len(kept) == int(mixed.group(1))
     plan = json.loads((out / "fallback_plan.json").read_text())
-    assert plan["nodes"] == kept and plan["status"] == "met"
+    assert plan["exclude"] == kept and plan["status"] == "met"

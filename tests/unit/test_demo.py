@@ -79,8 +79,8 @@ def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
     fp32, int8, mixed = result.scores
     assert (fp32.name, int8.name, mixed.name) == ("FP32", "INT8", "mixed")
     assert math.isinf(fp32.sqnr_db) and mixed.sqnr_db >= 40.0 > int8.sqnr_db
-    assert int8.int8_layers == result.n_layers == mixed.int8_layers + len(result.fallback)
-    assert result.fallback and result.fallback[0] == result.culprits[0][0]  # the worst layer goes first
+    assert int8.int8_layers == result.n_layers == mixed.int8_layers + len(result.excluded)
+    assert result.excluded and result.excluded[0] == result.culprits[0][0]  # the worst layer goes first
     assert abs(int8.top1 - fp32.top1) <= 0.005  # INT8 entropy within 0.5 points of FP32
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(result.files)
     again = load_result(tmp_path / "report.json")
@@ -89,10 +89,10 @@ def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
     dq_outputs = {o for n in mixed_model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     fed_by_dq = {n.name for n in mixed_model.graph.node if set(n.input) & dq_outputs}
     weighted = {n.name for n in mixed_model.graph.node if n.op_type in ("Conv", "Gemm")}
-    assert not set(result.fallback) & fed_by_dq  # fallback layers lost their Q/DQ pairs
-    assert weighted - set(result.fallback) <= fed_by_dq  # every other layer kept them
+    assert not set(result.excluded) & fed_by_dq  # excluded layers lost their Q/DQ pairs
+    assert weighted - set(result.excluded) <= fed_by_dq  # every other layer kept them
     text = result.summary_text()
-    assert all(name in text for name in result.fallback)
+    assert all(name in text for name in result.excluded)
 
 
 def test_summary_text_is_the_table_the_readme_shows():

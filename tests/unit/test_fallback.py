@@ -32,18 +32,19 @@ ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 
 
 class Additive:
-    """value(S) = 1 - sum of the costs of the nodes NOT in S: monotone, with a unique minimal set."""
+    """value(S) = 1 - sum of the costs of the nodes NOT in S (S: the nodes kept out of INT8): monotone, with a
+    unique minimal set."""
 
     def __init__(self, names: list[str], critical: set[str], big: float = 0.1, small: float = 1e-4) -> None:
         self.cost = {n: big if n in critical else small for n in names}
         self.calls: list[frozenset[str]] = []
 
-    def value(self, nodes: frozenset[str]) -> float:
-        return 1.0 - sum(c for n, c in self.cost.items() if n not in nodes)
+    def value(self, exclude: frozenset[str]) -> float:
+        return 1.0 - sum(c for n, c in self.cost.items() if n not in exclude)
 
-    def __call__(self, nodes: frozenset[str]) -> float:
-        self.calls.append(nodes)
-        return self.value(nodes)
+    def __call__(self, exclude: frozenset[str]) -> float:
+        self.calls.append(exclude)
+        return self.value(exclude)
 
 
 TARGET = FallbackTarget.min_metric(0.99)  # tolerates every small cost, no big one
@@ -64,20 +65,20 @@ def test_bisect_finds_the_minimal_set_within_budget(seed):
     evaluate = Additive(ranking, critical)
     plan = search_fallback(ranking, evaluate, TARGET)
     assert plan.status == "met"
-    assert TARGET.is_met(evaluate.value(frozenset(plan.nodes)))
-    for node in plan.nodes:  # greedy-minimal: dropping any single node breaks the target
-        assert not TARGET.is_met(evaluate.value(frozenset(plan.nodes) - {node}))
-    assert set(plan.nodes) == critical  # additive costs: the minimal set is unique
+    assert TARGET.is_met(evaluate.value(frozenset(plan.exclude)))
+    for node in plan.exclude:  # greedy-minimal: dropping any single node breaks the target
+        assert not TARGET.is_met(evaluate.value(frozenset(plan.exclude) - {node}))
+    assert set(plan.exclude) == critical  # additive costs: the minimal set is unique
     assert plan.minimal
     assert plan.n_evaluations <= default_budget(n_layers) == math.floor(2 * math.log2(n_layers) + 2)
     assert [e.purpose for e in plan.evaluations][-1] == "verify"
-    assert list(plan.nodes) == [n for n in ranking if n in critical]  # reported in rank order
+    assert list(plan.exclude) == [n for n in ranking if n in critical]  # reported in rank order
 
 
 def test_no_set_is_evaluated_twice_or_when_implied():
     ranking = [f"n{i}" for i in range(48)]
     evaluate = Additive(ranking, {"n0", "n2", "n5", "n6"})
-    plan = search_fallback(ranking, evaluate, TARGET, verify=lambda nodes: 1.0)
+    plan = search_fallback(ranking, evaluate, TARGET, verify=lambda exclude: 1.0)
     calls = evaluate.calls
     assert len(calls) == len(set(calls)) == plan.n_evaluations
     for i, later in enumerate(calls):  # monotonicity already decides these: never evaluated
@@ -92,7 +93,7 @@ def test_budget_exhausted_during_pruning_keeps_a_passing_set():
     evaluate = Additive(ranking, critical)
     plan = search_fallback(ranking, evaluate, TARGET)
     assert plan.status == "met"
-    assert critical <= set(plan.nodes)
+    assert critical <= set(plan.exclude)
     assert plan.n_evaluations == default_budget(16)
     assert not plan.minimal
 
@@ -101,30 +102,30 @@ def test_linear_strategy_is_the_top_k_baseline():
     ranking = [f"n{i}" for i in range(10)]
     evaluate = Additive(ranking, {"n0", "n2"})
     plan = search_fallback(ranking, evaluate, TARGET, strategy="linear", max_evaluations=20)
-    assert plan.nodes == ("n0", "n1", "n2")
-    assert [len(e.nodes) for e in plan.evaluations if e.purpose == "search"] == [1, 2, 3]
+    assert plan.exclude == ("n0", "n1", "n2")
+    assert [len(e.exclude) for e in plan.evaluations if e.purpose == "search"] == [1, 2, 3]
 
 
 def test_already_met_gives_an_empty_set():
     ranking = ["a", "b", "c"]
-    plan = search_fallback(ranking, lambda nodes: 1.0, TARGET)
-    assert plan.status == "met" and plan.nodes == ()
+    plan = search_fallback(ranking, lambda exclude: 1.0, TARGET)
+    assert plan.status == "met" and plan.exclude == ()
 
 
 def test_unreachable_target_reports_the_best_achieved():
     ranking = [f"n{i}" for i in range(8)]
-    plan = search_fallback(ranking, lambda nodes: 0.5 + 0.01 * len(nodes), TARGET)
+    plan = search_fallback(ranking, lambda exclude: 0.5 + 0.01 * len(exclude), TARGET)
     assert plan.status == "unreachable"
-    assert plan.value == pytest.approx(0.58) and plan.nodes == tuple(ranking)
+    assert plan.value == pytest.approx(0.58) and plan.exclude == tuple(ranking)
     assert plan.message == ("Target metric >= 0.99 is unreachable: even all 8 ranked nodes out of INT8 miss "
                             "it; best achieved 0.58 with 8 node(s) out of INT8.")
 
 
 def test_verification_failure_is_reported():
     ranking = ["a", "b"]
-    plan = search_fallback(ranking, lambda nodes: 1.0 if "a" in nodes else 0.0, TARGET,
-                           verify=lambda nodes: 0.9)
-    assert plan.status == "verification_failed" and plan.nodes == ("a",) and plan.value == 0.9
+    plan = search_fallback(ranking, lambda exclude: 1.0 if "a" in exclude else 0.0, TARGET,
+                           verify=lambda exclude: 0.9)
+    assert plan.status == "verification_failed" and plan.exclude == ("a",) and plan.value == 0.9
 
 
 def test_targets():
@@ -140,17 +141,17 @@ def test_targets():
     with pytest.raises(ConfigError, match=r"^A relative-loss bound is a percentage >= 0, got -1\.0\.$"):
         FallbackTarget.max_relative_loss(-1.0)
     with pytest.raises(ConfigError, match=r"needs the FP32 reference metric"):
-        search_fallback(["a"], lambda nodes: 1.0, FallbackTarget.max_relative_loss(1.0))
+        search_fallback(["a"], lambda exclude: 1.0, FallbackTarget.max_relative_loss(1.0))
 
 
 def test_bad_rankings():
     with pytest.raises(ConfigError, match=r"^The ranking is empty"):
-        search_fallback([], lambda nodes: 1.0, TARGET)
+        search_fallback([], lambda exclude: 1.0, TARGET)
     with pytest.raises(ConfigError, match=r"^The ranking lists node 'a' twice"):
-        search_fallback(["a", "b", "a"], lambda nodes: 1.0, TARGET)
+        search_fallback(["a", "b", "a"], lambda exclude: 1.0, TARGET)
     with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, "
                                           r"linear\.$"):
-        search_fallback(["a"], lambda nodes: 1.0, TARGET, strategy="greedy")  # type: ignore[arg-type]
+        search_fallback(["a"], lambda exclude: 1.0, TARGET, strategy="greedy")  # type: ignore[arg-type]
 
 
 def test_plan_json_round_trip_and_interop_settings():
@@ -159,13 +160,16 @@ def test_plan_json_round_trip_and_interop_settings():
     plan = search_fallback(ranking, Additive(ranking, {"n1"}), target)
     data = json.loads(json.dumps(plan.to_dict(), allow_nan=False))
     assert FallbackPlan.from_dict(data) == plan
-    assert data["modelopt"]["nodes_to_exclude"] == ["n1"]
+    assert data["format"] == "quantdbg.fallback_plan/2" and "nodes" not in data
+    assert data["exclude"] == ["n1"] and data["modelopt"]["nodes_to_exclude"] == ["n1"]
+    assert all(set(e) == {"exclude", "value", "met", "purpose"} for e in data["evaluations"])
+    assert [e["exclude"] for e in data["evaluations"]] == [list(e.exclude) for e in plan.evaluations]
     assert data["tensorrt"]["trtexec"] == "trtexec --onnx=MIXED.onnx --stronglyTyped"
     assert data["tensorrt"]["layer_precisions"] == {"n1": "fp16"}
     assert "--precisionConstraints=obey --layerPrecisions=n1:fp16" in data["tensorrt"]["trtexec_weakly_typed"]
-    assert FallbackPlan.from_dict({**data, "format": "quantdbg.fallback_plan/1"}) == plan
-    with pytest.raises(FormatError, match=r"^<data>: not a valid quantdbg\.fallback_plan/1 document: "
-                                          r"format is 'other', expected 'quantdbg\.fallback_plan/1'\."):
+    assert FallbackPlan.from_dict({**data, "format": "quantdbg.fallback_plan/2"}) == plan
+    with pytest.raises(FormatError, match=r"^<data>: not a valid quantdbg\.fallback_plan/2 document: "
+                                          r"format is 'other', expected 'quantdbg\.fallback_plan/2'\."):
         FallbackPlan.from_dict({"format": "other"})
     with pytest.raises(FormatError, match=r"document: field 'budget' is missing\. Re-create it"):
         FallbackPlan.from_dict({k: v for k, v in data.items() if k != "budget"})
@@ -173,8 +177,20 @@ def test_plan_json_round_trip_and_interop_settings():
         FallbackPlan.from_dict({**data, "target": {**data["target"], "threshold": "x"}})
 
 
+def test_a_version_1_plan_is_refused_with_the_fix(tmp_path):
+    plan = search_fallback(["a", "b"], lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
+    old = {**plan.to_dict(), "format": "quantdbg.fallback_plan/1"}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(FormatError, match=r"not a valid quantdbg\.fallback_plan/2 document: format is "
+                                          r"'quantdbg\.fallback_plan/1', expected "
+                                          r"'quantdbg\.fallback_plan/2'\. Re-create it with the quantdbg "
+                                          r"command that wrote it\.$"):
+        FallbackPlan.read(tmp_path / "old.json")
+    assert not hasattr(plan, "nodes") and not hasattr(plan, "nodes_to_exclude")  # one name: exclude
+
+
 def test_plan_build_is_read_back_from_its_tensorrt_section(tmp_path):
-    plan = search_fallback(["a", "b"], lambda nodes: float(len(nodes)), FallbackTarget.min_metric(1.0))
+    plan = search_fallback(["a", "b"], lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
     build = {"spec": {"model": "m.onnx"}, "commands": {"trtexec": "trtexec --onnx=m.onnx"}}
     built = replace(plan, build=build)
     data = built.to_dict()
@@ -184,24 +200,25 @@ def test_plan_build_is_read_back_from_its_tensorrt_section(tmp_path):
 
 @pytest.mark.parametrize("precision", [Precision.FP16, Precision.FP32])
 def test_plan_trtexec_commands_come_from_the_tensorrt_backend(precision):
-    plan = search_fallback(["a", "b/c", "d"], lambda nodes: float(len(nodes)), FallbackTarget.min_metric(2.0))
+    plan = search_fallback(["a", "b/c", "d"], lambda exclude: float(len(exclude)),
+                           FallbackTarget.min_metric(2.0))
     plan = plan.with_precision(precision)
-    spec = EngineBuildSpec(Path("MIXED.onnx"), fallback_nodes=plan.nodes, fallback_precision=precision)
+    spec = EngineBuildSpec(Path("MIXED.onnx"), exclude=plan.exclude, exclude_precision=precision)
     section = plan.to_dict()["tensorrt"]
     assert section["trtexec"] == trtexec_command(spec) == "trtexec --onnx=MIXED.onnx --stronglyTyped"
     assert section["trtexec_weakly_typed"] == trtexec_command(spec, strongly_typed=False)
     assert section["builder_flags"] == ["int8", precision.value]
-    assert section["layer_precisions"] == {node: precision.value for node in plan.nodes}
+    assert section["layer_precisions"] == {node: precision.value for node in plan.exclude}
     assert plan.tensorrt.trtexec_args("x.onnx") == ["trtexec", "--onnx=x.onnx", "--stronglyTyped"]
     assert TensorRTSettings.from_dict(json.loads(json.dumps(section))) == plan.tensorrt
 
 
-def test_weakly_typed_trtexec_command_pins_the_fallback_nodes():
-    spec = EngineBuildSpec(Path("m.onnx"), fallback_nodes=("a/b", "c:d", "e f"), fallback_precision="fp16")
+def test_weakly_typed_trtexec_command_pins_the_excluded_nodes():
+    spec = EngineBuildSpec(Path("m.onnx"), exclude=("a/b", "c:d", "e f"), exclude_precision="fp16")
     assert trtexec_command(spec, strongly_typed=False) == (
         "trtexec --onnx=m.onnx --int8 --fp16 --precisionConstraints=obey "
         "'--layerPrecisions=a/b:fp16,'\"'\"'c:d'\"'\"':fp16,e f:fp16'")
-    bare = EngineBuildSpec(Path("m.onnx"), engine=Path("m.engine"), fallback_precision="fp32")
+    bare = EngineBuildSpec(Path("m.onnx"), engine=Path("m.engine"), exclude_precision="fp32")
     assert trtexec_command(bare, strongly_typed=False) == \
         "trtexec --onnx=m.onnx --int8 --fp32 --saveEngine=m.engine"
 
@@ -231,7 +248,7 @@ def _fed_by(model: onnx.ModelProto, node_name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("precision", [Precision.FP16, Precision.FP32])
-def test_mixed_model_drops_exactly_the_plan_nodes(tmp_path, rng, precision):
+def test_mixed_model_drops_exactly_the_excluded_nodes(tmp_path, rng, precision):
     model = ms.mlp4()
     qmodel = ms.quantize_by_hand(model, ms.feeds_for(model, rng))
     mixed = write_mixed_model(qmodel, ["fc1", "fc3"], tmp_path / "mixed.onnx", precision)
@@ -243,6 +260,7 @@ def test_mixed_model_drops_exactly_the_plan_nodes(tmp_path, rng, precision):
     for node in ("fc0", "fc2"):
         assert _fed_by(saved, node) == ["DequantizeLinear", "DequantizeLinear"]
     assert mixed.layers == ("fc0", "fc2")
+    assert mixed.excluded == ("fc1", "fc3") and mixed.excluded_precision is precision
 
 
 def test_auto_fallback_on_a_planted_bad_layer(rng):
@@ -256,11 +274,11 @@ def test_auto_fallback_on_a_planted_bad_layer(rng):
             auto_fallback(evaluator, FallbackTarget.min_metric(0.9, lower_is_better=True))
         with pytest.raises(ConfigError, match=r"^The sensitivity report ranks other layers"):
             auto_fallback(evaluator, TARGET, report=replace(result.report, layers=result.report.layers[1:]))
-    assert result.plan.status == "met" and result.plan.nodes == ("fc2",)
+    assert result.plan.status == "met" and result.plan.exclude == ("fc2",)
     assert result.plan.evaluations[-1].value >= 30.0
     assert result.report.ranking[0] == "fc2"
     assert result.mixed is not None and result.mixed.layers == ("fc0", "fc1", "fc3")
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-    assert data["plan"]["format"] == "quantdbg.fallback_plan/1"
+    assert data["plan"]["format"] == "quantdbg.fallback_plan/2"
     assert data["report"]["format"] == "quantdbg.sensitivity/1"
     assert FallbackResult.from_dict(data) == replace(result, mixed=None)

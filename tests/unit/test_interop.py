@@ -29,7 +29,7 @@ SPEC = EngineBuildSpec(
     engine=Path("/data/my models/mixed.plan"),
     timing_cache=Path("/tmp/timing.cache"),
     layer_info=Path("/data/layers.json"),
-    fallback_nodes=("/blocks.3/fc2/MatMul", "head"),
+    exclude=("/blocks.3/fc2/MatMul", "head"),
     workspace_mib=2048,
     builder_optimization_level=4,
     tf32=False,
@@ -100,24 +100,24 @@ def test_build_commands_and_script():
 
 def test_spec_json_round_trip():
     assert EngineBuildSpec.from_dict(json.loads(json.dumps(SPEC.to_dict()))) == SPEC
-    minimal = EngineBuildSpec(Path("m.onnx"), fallback_precision=Precision.FP32)
+    minimal = EngineBuildSpec(Path("m.onnx"), exclude_precision=Precision.FP32)
     assert EngineBuildSpec.from_dict(json.loads(json.dumps(minimal.to_dict()))) == minimal
 
 
 def test_spec_and_commands_json_keep_their_keys():
-    """Fallback plans embed these dicts: the keys and value forms files were written with stay."""
+    """Fallback plans (``quantdbg.fallback_plan/2``) embed these dicts: their keys are part of that format."""
     assert EngineBuildSpec(Path("m.onnx"), {"x": ShapeRange((1, 7), (2, 7), (4, 7))},
-                           engine=Path("e.plan"), fallback_nodes=("a",)).to_dict() == {
+                           engine=Path("e.plan"), exclude=("a",)).to_dict() == {
         "model": "m.onnx", "shapes": {"x": {"min": [1, 7], "opt": [2, 7], "max": [4, 7]}}, "engine": "e.plan",
-        "timing_cache": None, "layer_info": None, "fallback_nodes": ["a"], "fallback_precision": "fp16",
+        "timing_cache": None, "layer_info": None, "exclude": ["a"], "exclude_precision": "fp16",
         "workspace_mib": None, "builder_optimization_level": None, "tf32": True}
     commands = BuildCommands("t", "c", "r")
     assert commands.to_dict() == {"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r",
                                   "comment": ""}
     assert BuildCommands.from_dict({"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r"}) \
         == commands  # written before the comment existed
-    with pytest.raises(FormatError, match=r"field 'fallback_precision': expected one of"):
-        EngineBuildSpec.from_dict({**SPEC.to_dict(), "fallback_precision": "int4"})
+    with pytest.raises(FormatError, match=r"field 'exclude_precision': expected one of"):
+        EngineBuildSpec.from_dict({**SPEC.to_dict(), "exclude_precision": "int4"})
 
 
 def test_from_model_fills_the_batch_range(tmp_path):
@@ -125,9 +125,9 @@ def test_from_model_fills_the_batch_range(tmp_path):
     path.parent.mkdir()
     onnx.save(models_lint.clean_conv_block(), str(path))
     spec = EngineBuildSpec.from_model(path, batch=(2, 4, 16), engine=tmp_path / "e.plan",
-                                      fallback_nodes=["conv2"], fallback_precision="fp32")
+                                      exclude=["conv2"], exclude_precision="fp32")
     assert dict(spec.shapes) == {"x": ShapeRange((2, 16, 8, 8), (4, 16, 8, 8), (16, 16, 8, 8))}
-    assert spec.fallback_nodes == ("conv2",) and spec.fallback_precision is Precision.FP32
+    assert spec.exclude == ("conv2",) and spec.exclude_precision is Precision.FP32
     assert "--minShapes=x:2x16x8x8" in shlex.split(trtexec_command(spec))
 
 
@@ -150,7 +150,7 @@ def test_from_model_missing_file(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     ({"workspace_mib": 0}, "workspace_mib must be > 0"),
     ({"builder_optimization_level": 6}, r"builder_optimization_level must be in \[0, 5\]"),
-    ({"fallback_nodes": "conv"}, "not one string"),
+    ({"exclude": "conv"}, r"^EngineBuildSpec\.exclude takes a sequence of node names, not one string\.$"),
     ({"shapes": {"x": (1, 2, 3)}}, "must be a ShapeRange"),
 ])
 def test_spec_validation(kwargs, message):

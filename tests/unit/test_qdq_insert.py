@@ -167,14 +167,14 @@ def test_missing_range_names_tensor_and_node():
         "Activation tensor 'r1' (input of node 'conv2') has no calibrated range.")
 
 
-def test_keep_fp_skips_nodes_and_rejects_unknown_names():
+def test_exclude_skips_nodes_and_rejects_unknown_names():
     model = models.conv_residual()
     plan = plan_qdq(model)
     ranges = {t: TensorRange(t, -1, 1, "minmax") for t in plan.activation_tensors if t != "r1"}
-    qm = insert_qdq(model, CalibrationResult(ranges, {}), plan=plan, keep_fp={"conv2"})
+    qm = insert_qdq(model, CalibrationResult(ranges, {}), plan=plan, exclude={"conv2"})
     assert "conv2" not in qm.layers and dq_feeding(qm.model, "conv2", 0) is None
     with pytest.raises(ModelError, match=r"No quantizable node named 'conv9' in the model. Did you mean"):
-        insert_qdq(model, CalibrationResult(ranges, {}), plan=plan, keep_fp={"conv9"})
+        insert_qdq(model, CalibrationResult(ranges, {}), plan=plan, exclude={"conv9"})
 
 
 def test_input_model_is_not_modified_and_result_passes_checker():

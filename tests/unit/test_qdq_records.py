@@ -44,15 +44,15 @@ def test_save_writes_the_qdq_model(tmp_path):
 def test_records_json_form_and_round_trip():
     qm = remove_qdq(_quantized(), ["conv_out"], Precision.FP32)
     data = json.loads(json.dumps(qm.to_dict(), allow_nan=False))
-    assert list(data) == ["records", "fallback", "fallback_precision"]  # never the model bytes
-    assert (data["fallback"], data["fallback_precision"]) == (["conv_out"], "fp32")
+    assert list(data) == ["records", "excluded", "excluded_precision"]  # never the model bytes
+    assert (data["excluded"], data["excluded_precision"]) == (["conv_out"], "fp32")
     first = qm.records[0]
     assert data["records"][0] == {
         "node": first.node, "op_type": "Conv", "input_index": 0, "tensor": "x", "kind": "activation",
         "quantize_node": first.quantize_node, "dequantize_node": first.dequantize_node,
         "scale": [float(np.float32(1 / 127))], "axis": None, "calibrator": "entropy", "zero_point": [0]}
     again = QuantizedModel.from_dict(data, qm.model)
-    assert again == qm and again.fallback_precision is Precision.FP32
+    assert again == qm and again.excluded_precision is Precision.FP32
     assert QdqRecord.from_dict(data["records"][1]) == qm.records[1]
 
 

@@ -30,7 +30,7 @@ def test_removing_every_layer_in_fp32_gives_back_the_fp32_model(case, rng):
     x = rng.standard_normal(CASES[case][2]).astype(np.float32)
     model, qm, _ = quantized(case, x)
     back = remove_qdq(qm, qm.layers, Precision.FP32)
-    assert back.records == () and back.fallback == qm.layers
+    assert back.records == () and back.excluded == qm.layers
     assert sorted(n.op_type for n in back.model.graph.node) == sorted(n.op_type for n in model.graph.node)
     for n in model.graph.node:
         assert list(node(back.model, n.name).input) == list(n.input)
@@ -45,7 +45,7 @@ def test_removing_one_layer_leaves_the_others_untouched(rng):
     for record in mixed.records:
         check_record_matches_graph(mixed, record)
     assert list(node(mixed.model, "conv2").input) == list(node(model, "conv2").input)
-    expected = forward_conv_residual(Oracle(model, amax, keep_fp=("conv2",)), x)["y"]
+    expected = forward_conv_residual(Oracle(model, amax, exclude=("conv2",)), x)["y"]
     np.testing.assert_allclose(run(mixed.model, {"x": x}), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -60,9 +60,9 @@ def test_fp16_fallback_casts_around_the_node(rng):
     assert weight.data_type == onnx.TensorProto.FLOAT16
     consumer = next(n for n in mixed.model.graph.node if n.output and fc2.output[0] in n.input)
     assert consumer.op_type == "Cast" and consumer.output[0] == "m"  # FP32 again under its own name
-    assert mixed.fallback_precision is Precision.FP16
+    assert mixed.excluded_precision is Precision.FP16
     # fc2 in (FP16-rounded) float, fc1 still fake-quantized
-    expected = forward_mlp(Oracle(model, amax, keep_fp=("fc2",)), x)["y"]
+    expected = forward_mlp(Oracle(model, amax, exclude=("fc2",)), x)["y"]
     np.testing.assert_allclose(run(mixed.model, {"x": x}), expected, rtol=1e-2, atol=1e-2)
 
 

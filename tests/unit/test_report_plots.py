@@ -88,7 +88,7 @@ def test_scale_curves_figure_is_relative_to_the_full_set():
 def test_fallback_figure_marks_what_meets_the_target():
     fig = fallback_figure([4, 2, 3], [41.0, 35.0, 40.5], [True, False, True], 40.0, "SQNR (dB)")
     [ax] = fig.axes
-    assert ax.get_xlabel() == "layers out of INT8" and ax.get_ylabel() == "SQNR (dB)"
+    assert ax.get_xlabel() == "layers kept out of INT8" and ax.get_ylabel() == "SQNR (dB)"
     met, missed = ax.collections
     assert met.get_offsets().tolist() == [[4.0, 41.0], [3.0, 40.5]]
     assert missed.get_offsets().tolist() == [[2.0, 35.0]]

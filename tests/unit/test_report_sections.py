@@ -129,15 +129,16 @@ def test_chart_values_by_mode():
 
 def test_fallback_section_holds_every_evaluation_and_the_kept_layers():
     ranking = ("a", "b", "c")
-    plan = search_fallback(ranking, lambda nodes: float(len(nodes)), FallbackTarget.min_metric(2.0))
+    plan = search_fallback(ranking, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(2.0))
     [section] = sections_of(plan)
     tables = _tables([section])
-    assert tables["fallback-nodes"].rows == tuple((node, ranking.index(node) + 1) for node in plan.nodes)
+    assert tables["fallback-exclude"].rows == tuple((node, ranking.index(node) + 1) for node in plan.exclude)
     assert tables["fallback-evaluations"].rows == tuple(
-        (i, e.purpose, len(e.nodes), e.value, e.met, ", ".join(e.nodes))
+        (i, e.purpose, len(e.exclude), e.value, e.met, ", ".join(e.exclude))
         for i, e in enumerate(plan.evaluations, 1))
-    assert all(row[3] == row[2] for row in tables["fallback-evaluations"].rows)  # value = layers out of INT8
-    assert section.code[1] == f"modelopt nodes_to_exclude={list(plan.nodes_to_exclude)!r}"
+    # value = the number of layers kept out of INT8
+    assert all(row[3] == row[2] for row in tables["fallback-evaluations"].rows)
+    assert section.code[1] == f"modelopt nodes_to_exclude={list(plan.exclude)!r}"
     assert [p.title for p in section.plots] == ["Fallback search"]
 
 
@@ -207,15 +208,15 @@ def test_bundle_sections_show_the_summary_then_each_result():
     assert sections_of(ReportBundle("empty", ())) == []
 
 
-def test_a_bundle_marks_the_fallback_layers_on_the_ranking():
+def test_a_bundle_marks_the_excluded_layers_on_the_ranking():
     mpl = pytest.importorskip("matplotlib")  # noqa: F841
     from quantdbg.report.plots import png, ranking_figure
 
     ranking = _local()
-    plan = search_fallback(ranking, lambda nodes: float(len(nodes)), FallbackTarget.min_metric(1.0))
+    plan = search_fallback(ranking, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
     [ranked, *_] = sections_of(ReportBundle("b", (ranking, plan)))
     values, label = chart_values(ranking)
-    assert ranked.plots[0].draw() == png(ranking_figure(["a", "b"], values, label, highlight=plan.nodes))
+    assert ranked.plots[0].draw() == png(ranking_figure(["a", "b"], values, label, highlight=plan.exclude))
     assert sections_of(ranking)[0].plots[0].draw() == png(ranking_figure(["a", "b"], values, label))
 
 

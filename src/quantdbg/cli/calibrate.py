@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--cache", metavar="FILE", help="Also write a TensorRT calibration cache.")
     parser.add_argument("--scales", metavar="FILE.json", help="Also write every scale as JSON.")
     parser.add_argument("--exclude", nargs="+", default=[], metavar="GLOB",
-                        help="Node names or globs to leave in floating point.")
+                        help="Node names or globs to keep out of INT8 (left in floating point).")
     parser.add_argument("--percentile", type=float, metavar="P",
                         help="Percentile kept by the percentile calibrator, in (50, 100] (default 99.99).")
     parser.add_argument("--per-op", nargs="+", default=[], metavar="OP=METHOD",

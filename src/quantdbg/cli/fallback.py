@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     target.add_argument("--min-sqnr", type=float, metavar="DB", help="Output SQNR >= DB dB.")
     fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
     fallback.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
-                          help="Fallback layers compute in fp16 (TensorRT) or fp32 (CPU backends).")
+                          help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
     fallback.add_argument("--max-evaluations", type=int, help="Search budget (default 2*log2(L)+2).")
     fallback.add_argument("--report", metavar="RESULT.json",
                           help="Walk this analyze report instead of ranking.")
@@ -87,8 +87,8 @@ def run_fallback(args: argparse.Namespace) -> int:
 
 
 def _print_plan(plan: Any) -> None:
-    sys.stdout.write(f"{plan.status}: {len(plan.nodes)} of {len(plan.ranking)} layer(s) in "
-                     f"{plan.precision.value}, value {plan.value:.6g}, {plan.n_evaluations} evaluations "
+    sys.stdout.write(f"{plan.status}: {len(plan.exclude)} of {len(plan.ranking)} layer(s) kept out of INT8 "
+                     f"in {plan.precision.value}, value {plan.value:.6g}, {plan.n_evaluations} evaluations "
                      "+ 1 verification\n")
-    for node in plan.nodes:
+    for node in plan.exclude:
         sys.stdout.write(f"  {node}\n")

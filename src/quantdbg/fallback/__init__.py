@@ -1,7 +1,7 @@
 """Fallback: the smallest set of layers to keep out of INT8 so a target holds, and the mixed model.
 
 ``target`` (what must hold) -> ``search`` (gallop, bisect and prune over a ranking) -> ``plan`` (the
-``quantdbg.fallback_plan/1`` document, with ModelOpt's and TensorRT's settings) -> ``mixed`` (the
+``quantdbg.fallback_plan/2`` document, with ModelOpt's and TensorRT's settings) -> ``mixed`` (the
 mixed-precision model); ``auto`` chains ranking, search and verification on the real model.
 """
 from quantdbg.fallback.auto import FallbackConfig, FallbackResult, auto_fallback

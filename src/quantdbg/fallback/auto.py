@@ -1,4 +1,4 @@
-"""The automatic flow: rank the layers, search the smallest fallback set, verify it on the real model."""
+"""The automatic flow: rank the layers, search the fewest to keep out of INT8, verify on the real model."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,7 +28,7 @@ class FallbackConfig(Serializable):
             about two FP32 passes; ``"isolated"``/``"leave-one-out"`` one pass per layer but rank
             by the task metric), and whether progress bars show.
         strategy: Search strategy (see :func:`~quantdbg.fallback.search.search_fallback`).
-        precision: What fallback layers compute in: FP16 (TensorRT) or FP32 (CPU backends).
+        precision: What the layers kept out of INT8 compute in: FP16 (TensorRT) or FP32 (CPU backends).
         max_evaluations: Search budget (None: :func:`~quantdbg.fallback.search.default_budget`).
 
     Raises:
@@ -79,9 +79,9 @@ _DEFAULT = FallbackConfig()
 
 def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: FallbackConfig = _DEFAULT, *,
                   report: SensitivityReport | None = None) -> FallbackResult:
-    """Ranks the layers, searches the smallest fallback set, and verifies it on the real model.
+    """Ranks the layers, searches the smallest set to keep out of INT8, and verifies it on the real model.
 
-    Search evaluations feed the evaluator's switchable graph (one session, fallback layers exactly
+    Search evaluations feed the evaluator's switchable graph (one session, excluded layers exactly
     FP32); the verification runs the mixed model written by :func:`quantdbg.qdq.remove_qdq` in
     ``config.precision``. Model-file metrics (commands) get the mixed model in
     ``config.precision`` at every evaluation.
@@ -115,7 +115,8 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
         plan = search_fallback(report, evaluate, target, config.strategy,
                                max_evaluations=config.max_evaluations, verify=verify)
     plan = plan.with_precision(config.precision)
-    mixed = None if plan.status == "unreachable" else mixed_model(scorer.qmodel, plan.nodes, config.precision)
+    unreachable = plan.status == "unreachable"
+    mixed = None if unreachable else mixed_model(scorer.qmodel, plan.exclude, config.precision)
     return FallbackResult(plan, report, mixed)
 
 
@@ -142,13 +143,13 @@ def _scoring(scorer: VariantEvaluator, precision: Precision) -> tuple[Score, Sco
     (the real mixed model) of the search."""
     task, qmodel, layers = scorer.metric, scorer.qmodel, scorer.layers
 
-    def evaluate(nodes: frozenset[str]) -> float:
+    def evaluate(exclude: frozenset[str]) -> float:
         if task.needs_model:
-            return task.evaluate_model(mixed_model(qmodel, nodes, precision).model)
-        return scorer.run([n for n in layers if n not in nodes]).value
+            return task.evaluate_model(mixed_model(qmodel, exclude, precision).model)
+        return scorer.run([n for n in layers if n not in exclude]).value
 
-    def verify(nodes: frozenset[str]) -> float:
-        return scorer.run_model(mixed_model(qmodel, nodes, precision).model).value
+    def verify(exclude: frozenset[str]) -> float:
+        return scorer.run_model(mixed_model(qmodel, exclude, precision).model).value
 
     return evaluate, verify
 

@@ -1,4 +1,4 @@
-"""The mixed-precision model: the fallback nodes lose their Q/DQ pairs and compute in FP16 or FP32."""
+"""The mixed-precision model: the excluded nodes lose their Q/DQ pairs and compute in FP16 or FP32."""
 from __future__ import annotations
 
 import os
@@ -9,23 +9,23 @@ from quantdbg.fallback.plan import FallbackPlan
 from quantdbg.qdq import QuantizedModel, remove_qdq
 
 
-def mixed_model(qmodel: QuantizedModel, nodes: Iterable[str], precision: Precision) -> QuantizedModel:
-    """``qmodel`` with ``nodes`` out of INT8 in ``precision`` (``qmodel`` itself when ``nodes`` is empty).
+def mixed_model(qmodel: QuantizedModel, exclude: Iterable[str], precision: Precision) -> QuantizedModel:
+    """``qmodel`` with ``exclude`` out of INT8 in ``precision`` (``qmodel`` itself when ``exclude`` is empty).
 
     Raises:
         ModelError: A node is not quantized in ``qmodel``.
     """
-    nodes = tuple(nodes)
-    return remove_qdq(qmodel, nodes, precision) if nodes else qmodel
+    exclude = tuple(exclude)
+    return remove_qdq(qmodel, exclude, precision) if exclude else qmodel
 
 
 def write_mixed_model(qmodel: QuantizedModel, plan: FallbackPlan | Iterable[str], path: str | os.PathLike,
                       precision: Precision = Precision.FP16) -> QuantizedModel:
-    """Writes the mixed-precision model: the plan's nodes lose their Q/DQ pairs.
+    """Writes the mixed-precision model: the plan's excluded nodes lose their Q/DQ pairs.
 
     Args:
         qmodel: The fully quantized model and its records.
-        plan: A plan (its ``nodes``) or node names.
+        plan: A plan (its ``exclude``) or the node names to keep out of INT8.
         path: Destination ``.onnx``; its folder must exist.
         precision: FP16 (what TensorRT runs; ONNX Runtime's CPU provider lacks some FP16 kernels)
             or FP32 (for CPU backends).
@@ -36,8 +36,8 @@ def write_mixed_model(qmodel: QuantizedModel, plan: FallbackPlan | Iterable[str]
     Raises:
         ModelError: A node is not quantized in ``qmodel``, or the folder does not exist.
     """
-    nodes = plan.nodes if isinstance(plan, FallbackPlan) else tuple(plan)
-    mixed = remove_qdq(qmodel, nodes, Precision(precision))
+    exclude = plan.exclude if isinstance(plan, FallbackPlan) else tuple(plan)
+    mixed = remove_qdq(qmodel, exclude, Precision(precision))
     mixed.save(path)
     return mixed
 

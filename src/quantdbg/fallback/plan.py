@@ -1,5 +1,6 @@
-"""The result of a fallback search: the layers to keep out of INT8, every evaluation, and the settings
-ModelOpt and TensorRT need to build the same mixed-precision model (``quantdbg.fallback_plan/1``)."""
+"""The result of a fallback search: the layers to keep out of INT8 (``exclude``), every evaluation, and
+the settings ModelOpt and TensorRT need to build the same mixed-precision model
+(``quantdbg.fallback_plan/2``)."""
 from __future__ import annotations
 
 import logging
@@ -35,13 +36,13 @@ class FallbackEvaluation(Serializable):
     """One call of ``evaluate`` (or of the verification).
 
     Attributes:
-        nodes: The fallback set evaluated, in rank order.
+        exclude: The nodes kept out of INT8 in this evaluation, in rank order.
         value: What it returned.
         met: Whether the target held.
         purpose: ``"search"`` (prefix gallop/bisection), ``"prune"`` or ``"verify"``.
     """
 
-    nodes: tuple[str, ...]
+    exclude: tuple[str, ...]
     value: float
     met: bool
     purpose: Purpose
@@ -56,11 +57,12 @@ class TensorRTSettings(Serializable):
     typed, builder flags, layer precisions and the two trtexec command lines.
 
     Attributes:
-        nodes: The fallback nodes (TensorRT names the layers of an ONNX model after its nodes).
+        exclude: The nodes kept out of INT8 (TensorRT names the layers of an ONNX model after its
+            nodes).
         precision: What they compute in.
     """
 
-    nodes: tuple[str, ...]
+    exclude: tuple[str, ...]
     precision: Precision
 
     def __post_init__(self) -> None:
@@ -69,7 +71,7 @@ class TensorRTSettings(Serializable):
     @property
     def strongly_typed(self) -> bool:
         """The build is strongly typed: precisions come from the graph (Q/DQ pairs are INT8,
-        fallback nodes compute in what the model's casts say)."""
+        excluded nodes compute in what the model's casts say)."""
         return True
 
     @property
@@ -79,13 +81,13 @@ class TensorRTSettings(Serializable):
 
     @property
     def layer_precisions(self) -> dict[str, str]:
-        """For a weakly typed build: fallback node -> precision (``--layerPrecisions`` together
+        """For a weakly typed build: excluded node -> precision (``--layerPrecisions`` together
         with ``--precisionConstraints=obey``)."""
-        return {node: self.precision.value for node in self.nodes}
+        return {node: self.precision.value for node in self.exclude}
 
     def spec(self, onnx_path: str | os.PathLike = "MIXED.onnx") -> EngineBuildSpec:
         """The engine build of the mixed model at ``onnx_path`` (no profile, engine or cache)."""
-        return EngineBuildSpec(Path(onnx_path), fallback_nodes=self.nodes, fallback_precision=self.precision)
+        return EngineBuildSpec(Path(onnx_path), exclude=self.exclude, exclude_precision=self.precision)
 
     def trtexec_args(self, onnx_path: str | os.PathLike = "MIXED.onnx",
                      strongly_typed: bool = True) -> list[str]:
@@ -106,32 +108,32 @@ class TensorRTSettings(Serializable):
         layers = _json.decode(Mapping[str, str], data.get("layer_precisions", {}),
                               _at(where, "layer_precisions"))
         precision = flags[-1] if flags else Precision.FP16.value
-        return _json.construct(cls, {"nodes": tuple(layers), "precision": precision}, where)
+        return _json.construct(cls, {"exclude": tuple(layers), "precision": precision}, where)
 
 
 def _at(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
-@_json.document("quantdbg.fallback_plan", 1)
+@_json.document("quantdbg.fallback_plan", 2)
 @dataclass(frozen=True)
 class FallbackPlan(Serializable):
-    """The result of a fallback search (the ``quantdbg.fallback_plan/1`` document).
+    """The result of a fallback search (the ``quantdbg.fallback_plan/2`` document).
 
     Attributes:
         status: ``"met"``; ``"unreachable"`` (even every ranked node out of INT8 misses the target;
             ``value`` is the best achieved); ``"verification_failed"`` (the search's set passed but
             the verification run of the final model did not).
-        nodes: Nodes to keep out of INT8, in rank order.
+        exclude: Nodes to keep out of INT8, in rank order (ModelOpt's ``nodes_to_exclude``).
         target: The target.
         value: The verified value of the final set (the best value seen when unreachable).
         strategy: Search strategy used.
         ranking: The ranking searched, most sensitive first.
         evaluations: Every evaluation, in order, the verification last.
         budget: Maximum number of search/prune evaluations allowed.
-        minimal: True when no single node of ``nodes`` can be dropped (every removal was seen,
+        minimal: True when no single node of ``exclude`` can be dropped (every removal was seen,
             or follows by monotonicity, to miss the target).
-        precision: Precision the fallback nodes compute in.
+        precision: Precision the excluded nodes compute in.
         message: One human-readable sentence on the outcome.
         build: Once the mixed model is written: the TensorRT engine build of it
             (:class:`quantdbg.backends.tensorrt.EngineBuildSpec` and its trtexec / Polygraphy
@@ -139,7 +141,7 @@ class FallbackPlan(Serializable):
     """
 
     status: PlanStatus
-    nodes: tuple[str, ...]
+    exclude: tuple[str, ...]
     target: FallbackTarget
     value: float
     strategy: Strategy
@@ -157,17 +159,12 @@ class FallbackPlan(Serializable):
         return sum(1 for e in self.evaluations if e.purpose != "verify")
 
     @property
-    def nodes_to_exclude(self) -> list[str]:
-        """ModelOpt's ``nodes_to_exclude`` argument (``modelopt.onnx.quantization.quantize``)."""
-        return list(self.nodes)
-
-    @property
     def tensorrt(self) -> TensorRTSettings:
         """Settings for a TensorRT build of the mixed model."""
-        return TensorRTSettings(self.nodes, self.precision)
+        return TensorRTSettings(self.exclude, self.precision)
 
     def with_precision(self, precision: Precision) -> FallbackPlan:
-        """The same plan with another fallback precision."""
+        """The same plan with another precision for the excluded nodes."""
         return replace(self, precision=Precision(precision))
 
     def with_build(self, model_path: str | os.PathLike, data: Any = None) -> FallbackPlan:
@@ -185,18 +182,19 @@ class FallbackPlan(Serializable):
         path = Path(model_path)
         try:
             spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data),
-                                              engine=path.with_suffix(".engine"), fallback_nodes=self.nodes,
-                                              fallback_precision=self.precision)
+                                              engine=path.with_suffix(".engine"), exclude=self.exclude,
+                                              exclude_precision=self.precision)
         except QuantDbgError as err:
             logger.warning("no TensorRT build commands in the plan: %s", err)
             return self
         return replace(self, build={"spec": spec.to_dict(), "commands": build_commands(spec).to_dict()})
 
     def __json_encode__(self) -> dict[str, Any]:
-        # The build goes in the derived "tensorrt" section, beside ModelOpt's settings.
+        # The build goes in the derived "tensorrt" section, beside ModelOpt's settings (whose own
+        # argument name for the excluded nodes is nodes_to_exclude).
         out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self) if f.name != "build"}
         return {**out, "n_evaluations": self.n_evaluations,
-                "modelopt": {"nodes_to_exclude": self.nodes_to_exclude},
+                "modelopt": {"nodes_to_exclude": list(self.exclude)},
                 "tensorrt": {**_json.encode(self.tensorrt), "build": _json.encode(self.build)}}
 
     @classmethod

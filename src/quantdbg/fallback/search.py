@@ -48,28 +48,29 @@ class _Search:
     def n_search(self) -> int:
         return sum(1 for e in self.log if e.purpose != "verify")
 
-    def known(self, nodes: frozenset[str]) -> bool | None:
-        if any(p <= nodes for p in self.passing):
+    def known(self, exclude: frozenset[str]) -> bool | None:
+        if any(p <= exclude for p in self.passing):
             return True
-        if any(nodes <= f for f in self.failing):
+        if any(exclude <= f for f in self.failing):
             return False
         return None
 
-    def met(self, nodes: frozenset[str], purpose: Purpose) -> bool:
-        known = self.known(nodes)
+    def met(self, exclude: frozenset[str], purpose: Purpose) -> bool:
+        known = self.known(exclude)
         if known is not None:
             return known
         if self.n_search >= self.budget:
             raise _BudgetExhausted
-        value = float(self.evaluate(nodes))
+        value = float(self.evaluate(exclude))
         ok = self.target.is_met(value)
-        (self.passing if ok else self.failing).append(nodes)
-        self.log.append(FallbackEvaluation(self.ranked(nodes), value, ok, purpose))
-        logger.info("fallback: %d node(s) -> %.6g (%s)", len(nodes), value, "met" if ok else "missed")
+        (self.passing if ok else self.failing).append(exclude)
+        self.log.append(FallbackEvaluation(self.ranked(exclude), value, ok, purpose))
+        logger.info("fallback: %d node(s) kept out of INT8 -> %.6g (%s)", len(exclude), value,
+                    "met" if ok else "missed")
         return ok
 
-    def ranked(self, nodes: Iterable[str]) -> tuple[str, ...]:
-        return tuple(sorted(nodes, key=self.order.__getitem__))
+    def ranked(self, names: Iterable[str]) -> tuple[str, ...]:
+        return tuple(sorted(names, key=self.order.__getitem__))
 
     def best(self) -> FallbackEvaluation | None:
         best = None
@@ -136,9 +137,9 @@ def search_fallback(ranking: SensitivityReport | Sequence[str],
     Args:
         ranking: A :class:`~quantdbg.sensitivity.SensitivityReport` or node names, most
             sensitive first.
-        evaluate: ``evaluate(nodes) -> value``: the metric of the model with ``nodes`` out of INT8
-            and every other ranked node quantized (a full evaluation). Assumed monotone: more
-            fallback never hurts.
+        evaluate: ``evaluate(exclude) -> value``: the metric of the model with the ``exclude``
+            nodes kept out of INT8 and every other ranked node quantized (a full evaluation).
+            Assumed monotone: excluding more never hurts.
         target: What must hold (its ``kind`` says how ``value`` is read).
         strategy: ``"bisect"`` (gallop + bisection over ranked prefixes, then greedy pruning) or
             ``"linear"`` (the top-k baseline: prefixes 1, 2, 3, ..., no pruning).
@@ -177,13 +178,13 @@ def search_fallback(ranking: SensitivityReport | Sequence[str],
 def _unreachable(search: _Search, names: tuple[str, ...], strategy: Strategy) -> FallbackPlan:
     best = search.best()
     value = math.nan if best is None else best.value
-    nodes = names if best is None else best.nodes
-    exhausted = not any(e.nodes == names for e in search.log)
+    exclude = names if best is None else best.exclude
+    exhausted = not any(e.exclude == names for e in search.log)
     why = (f"the budget of {search.budget} evaluations ran out before any prefix met the target"
            if exhausted else f"even all {len(names)} ranked nodes out of INT8 miss it")
     message = f"Target {search.target.describe()} is unreachable: {why}; best achieved {value:.6g} " \
-              f"with {len(nodes)} node(s) out of INT8."
-    return FallbackPlan("unreachable", nodes, search.target, value, strategy, names, tuple(search.log),
+              f"with {len(exclude)} node(s) out of INT8."
+    return FallbackPlan("unreachable", exclude, search.target, value, strategy, names, tuple(search.log),
                         search.budget, False, message=message)
 
 
@@ -191,15 +192,15 @@ def _verified(search: _Search, names: tuple[str, ...], chosen: frozenset[str], m
               strategy: Strategy, verify: Callable[[frozenset[str]], float]) -> FallbackPlan:
     value = float(verify(chosen))
     ok = search.target.is_met(value)
-    nodes = search.ranked(chosen)
-    search.log.append(FallbackEvaluation(nodes, value, ok, "verify"))
+    exclude = search.ranked(chosen)
+    search.log.append(FallbackEvaluation(exclude, value, ok, "verify"))
     status: PlanStatus = "met" if ok else "verification_failed"
-    message = (f"{len(nodes)} of {len(names)} node(s) out of INT8 meet {search.target.describe()} "
+    message = (f"{len(exclude)} of {len(names)} node(s) out of INT8 meet {search.target.describe()} "
                f"(verified value {value:.6g}, {search.n_search} evaluations + 1 verification)."
-               if ok else f"The search's set of {len(nodes)} node(s) passed, but the verification run gave "
+               if ok else f"The search's set of {len(exclude)} node(s) passed, but the verification run gave "
                f"{value:.6g}, which misses {search.target.describe()}; the evaluation used in the search "
                "differs from the verified model (e.g. FP16 vs FP32 fallback): add margin to the target.")
-    return FallbackPlan(status, nodes, search.target, value, strategy, names, tuple(search.log),
+    return FallbackPlan(status, exclude, search.target, value, strategy, names, tuple(search.log),
                         search.budget, minimal, message=message)
 
 

@@ -25,7 +25,7 @@ from quantdbg.quant_math import channel_amax, scale_from_amax
 
 
 def insert_qdq(model: ModelSource, calibration: CalibrationResult,
-               config: QuantConfig = DEFAULT_QUANT, *, keep_fp: Collection[str] = frozenset(),
+               config: QuantConfig = DEFAULT_QUANT, *, exclude: Collection[str] = frozenset(),
                plan: QdqPlan | None = None) -> QuantizedModel:
     """Inserts one QuantizeLinear/DequantizeLinear pair per planned (node, input).
 
@@ -38,7 +38,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
         model: The FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
         calibration: Activation ranges from :func:`quantdbg.calibrate`.
         config: Placement settings (used to plan when ``plan`` is None).
-        keep_fp: Node names to leave without Q/DQ.
+        exclude: Names of planned nodes to keep out of INT8 (no Q/DQ pairs); exact names, where
+            ``config.exclude`` globs keep nodes out of the plan itself.
         plan: A plan from :func:`plan_qdq` (e.g. the one calibration used).
 
     Returns:
@@ -46,20 +47,20 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
         ``calibration`` attached.
 
     Raises:
-        ModelError: The model is invalid or already quantized, a ``keep_fp`` name is not a
+        ModelError: The model is invalid or already quantized, an ``exclude`` name is not a
             quantizable node, the plan does not match the model, or a weight is not finite.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
     fp_model = as_loaded(model).proto
     plan = plan if plan is not None else plan_qdq(fp_model, config)
-    check_names("quantizable node", keep_fp, plan.layers)
-    scales = _activation_scales(plan, calibration, keep_fp)
+    check_names("quantizable node", exclude, plan.layers)
+    scales = _activation_scales(plan, calibration, exclude)
     graph = to_graph(fp_model)
     nodes = {node.name: node for node in graph.nodes}
     names = UniqueNames.of_graph(graph)
     records = []
     for target in plan.targets:
-        if target.node in keep_fp:
+        if target.node in exclude:
             continue
         node = _planned_node(nodes, target)
         if target.kind is TensorKind.WEIGHT:
@@ -80,10 +81,10 @@ def check_names(kind: str, names: Iterable[str], known: Collection[str]) -> None
 
 
 def _activation_scales(plan: QdqPlan, calibration: CalibrationResult,
-                       keep_fp: Collection[str]) -> dict[str, tuple[np.ndarray, str]]:
+                       exclude: Collection[str]) -> dict[str, tuple[np.ndarray, str]]:
     """Tensor -> (float32 scale, calibrator) for every activation that gets a pair."""
     needed = {t.tensor: t.node for t in plan.targets
-              if t.kind is TensorKind.ACTIVATION and t.node not in keep_fp}
+              if t.kind is TensorKind.ACTIVATION and t.node not in exclude}
     scales: dict[str, tuple[np.ndarray, str]] = {}
     for tensor, node in needed.items():
         best_amax, best_method = -1.0, ""
@@ -94,7 +95,8 @@ def _activation_scales(plan: QdqPlan, calibration: CalibrationResult,
                     f"Activation tensor {member!r} (input of node {node!r}"
                     f"{'' if member == tensor else f', sharing one scale with {tensor!r}'}) has no "
                     "calibrated range. Calibrate with the same QdqPlan/QuantConfig used here "
-                    "(quantdbg.calibrate(model, data, config, plan)), or leave the node out with keep_fp.")
+                    "(quantdbg.calibrate(model, data, config, plan)), or keep the node out of INT8 "
+                    f"(insert_qdq(..., exclude=[{node!r}])).")
             if rng.amax > best_amax:
                 best_amax, best_method = rng.amax, rng.method
         scales[tensor] = (scale_from_amax(np.float64(best_amax)), best_method)

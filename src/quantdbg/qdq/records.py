@@ -76,15 +76,16 @@ class QuantizedModel:
         records: One record per inserted pair.
         calibration: The calibration behind the activation scales (None for models quantized
             elsewhere and read with :func:`records_from_model`).
-        fallback: Nodes whose Q/DQ pairs were removed, in the order they were removed.
-        fallback_precision: Precision those nodes compute in.
+        excluded: Nodes kept out of INT8: their Q/DQ pairs were removed (by
+            :func:`quantdbg.qdq.remove_qdq`), in the order they were removed.
+        excluded_precision: Precision the excluded nodes compute in (None when none is excluded).
     """
 
     model: onnx.ModelProto
     records: tuple[QdqRecord, ...]
     calibration: CalibrationResult | None = field(default=None, compare=False)
-    fallback: tuple[str, ...] = ()
-    fallback_precision: Precision | None = None
+    excluded: tuple[str, ...] = ()
+    excluded_precision: Precision | None = None
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -110,8 +111,8 @@ class QuantizedModel:
         return save_model(self.model, path)
 
     def to_dict(self) -> dict[str, Any]:
-        """Returns the provenance (records and fallback, not the model bytes) as JSON-ready data."""
-        return _Provenance(self.records, self.fallback, self.fallback_precision).to_dict()
+        """Returns the provenance (records and excluded nodes, not the model bytes) as JSON-ready data."""
+        return _Provenance(self.records, self.excluded, self.excluded_precision).to_dict()
 
     @classmethod
     def from_dict(cls, data: Any, model: onnx.ModelProto, source: str = "<data>") -> QuantizedModel:
@@ -121,7 +122,7 @@ class QuantizedModel:
             FormatError: ``data`` is not what :meth:`to_dict` writes (``source`` and the field named).
         """
         found = _Provenance.from_dict(data, source)
-        return cls(model, found.records, fallback=found.fallback, fallback_precision=found.fallback_precision)
+        return cls(model, found.records, excluded=found.excluded, excluded_precision=found.excluded_precision)
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,8 @@ class _Provenance(_json.Serializable):
     """What JSON holds of a :class:`QuantizedModel`: everything but the model and its calibration."""
 
     records: tuple[QdqRecord, ...]
-    fallback: tuple[str, ...] = ()
-    fallback_precision: Precision | None = None
+    excluded: tuple[str, ...] = ()
+    excluded_precision: Precision | None = None
 
 
 _Provenance.__name__ = "QuantizedModel"  # what its FormatErrors call it: the JSON form of one

@@ -1,4 +1,4 @@
-"""Q/DQ removal: layers taken out of INT8 (the FP16/FP32 fallback) lose their pairs."""
+"""Q/DQ removal: layers excluded from INT8 (the FP16/FP32 fallback) lose their pairs."""
 from __future__ import annotations
 
 import warnings
@@ -19,11 +19,11 @@ from quantdbg.qdq.records import QdqRecord, QuantizedModel
 _NON_NEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax", "Abs", "Exp", "Sqrt"})
 
 
-def remove_qdq(qmodel: QuantizedModel, nodes: Iterable[str],
+def remove_qdq(qmodel: QuantizedModel, exclude: Iterable[str],
                precision: Precision = Precision.FP16) -> QuantizedModel:
-    """Takes nodes out of INT8: their Q/DQ pairs go, and they compute in FP16 or FP32.
+    """Keeps the ``exclude`` nodes out of INT8: their Q/DQ pairs go, and they compute in FP16 or FP32.
 
-    Each input of a fallback node is wired back to its FP32 tensor (a weight stored as INT8 is
+    Each input of an excluded node is wired back to its FP32 tensor (a weight stored as INT8 is
     replaced by its dequantized FP32 constant). With FP16, float inputs are cast to float16
     (initializers converted once, ahead of time) and float outputs cast back to float32 under
     their original names, so the rest of the graph is untouched. Other nodes keep their pairs.
@@ -39,19 +39,19 @@ def remove_qdq(qmodel: QuantizedModel, nodes: Iterable[str],
 
     Args:
         qmodel: A Q/DQ model from :func:`insert_qdq` or :func:`records_from_model`.
-        nodes: Quantized node names to fall back.
+        exclude: Quantized node names to keep out of INT8.
         precision: FP16 (what TensorRT would run) or FP32 (exact, for CPU reference runs).
 
     Returns:
-        A new QuantizedModel without those nodes' records; ``fallback`` lists every node
-        fallen back so far.
+        A new QuantizedModel without those nodes' records; ``excluded`` lists every node
+        excluded so far, ``excluded_precision`` is ``precision``.
 
     Raises:
         ModelError: A name is not a quantized node of ``qmodel`` (close names are suggested), or
             the model no longer matches its records.
     """
     precision = Precision(precision)
-    chosen = list(dict.fromkeys(nodes))
+    chosen = list(dict.fromkeys(exclude))
     check_names("quantized node", chosen, qmodel.layers)
     graph = to_graph(qmodel.model)
     by_name = {node.name: node for node in graph.nodes}
@@ -69,7 +69,7 @@ def remove_qdq(qmodel: QuantizedModel, nodes: Iterable[str],
     # checker's serialisation would cost twice the edit itself (the tests check the results).
     model = to_model(graph, like=qmodel.model)
     kept = tuple(r for r in qmodel.records if r.node not in set(chosen))
-    return QuantizedModel(model, kept, qmodel.calibration, qmodel.fallback + tuple(chosen), precision)
+    return QuantizedModel(model, kept, qmodel.calibration, qmodel.excluded + tuple(chosen), precision)
 
 
 def _fp32_source(graph: gs.Graph, node: gs.Node, record: QdqRecord, names: UniqueNames) -> gs.Tensor:

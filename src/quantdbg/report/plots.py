@@ -221,10 +221,10 @@ def scale_curves_figure(curves: Sequence[ScaleCurve]) -> Any:
 
 def fallback_figure(sizes: Sequence[int], values: Sequence[float], met: Sequence[bool], threshold: float,
                     ylabel: str) -> Any:
-    """Every evaluation of a fallback search: metric against number of layers out of INT8.
+    """Every evaluation of a fallback search: metric against number of layers kept out of INT8.
 
     Args:
-        sizes: Number of fallback layers of each evaluation, in order.
+        sizes: Number of layers kept out of INT8 in each evaluation, in order.
         values: The metric of each evaluation.
         met: Whether each met the target.
         threshold: The target's bound (drawn as a line).
@@ -244,7 +244,7 @@ def fallback_figure(sizes: Sequence[int], values: Sequence[float], met: Sequence
     for i, (x, v) in enumerate(zip(sizes_arr, vals, strict=True)):
         ax.annotate(str(i + 1), (x, v), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axhline(threshold, color="#333333", linestyle="--", linewidth=1, label="target")
-    ax.set_xlabel("layers out of INT8")
+    ax.set_xlabel("layers kept out of INT8")
     ax.set_ylabel(ylabel)
     ax.set_title("Fallback search: evaluations in order", fontsize=10)
     ax.grid(alpha=0.3)

@@ -1,7 +1,7 @@
 """Building a serialized, strongly typed TensorRT engine from a Q/DQ ONNX model.
 
 The Q/DQ graph quantdbg writes is TensorRT's *explicit quantization* input: every INT8 boundary is a
-QuantizeLinear/DequantizeLinear pair, and FP16 fallback layers are already cast to FP16 in the graph.
+QuantizeLinear/DequantizeLinear pair, and layers kept out of INT8 in FP16 are already cast in the graph.
 The network is therefore built with ``NetworkDefinitionCreationFlag.STRONGLY_TYPED``: TensorRT takes
 each tensor's type from the ONNX graph, and no precision builder flag (FP16/INT8/...) is set -- strong
 typing forbids them, and TensorRT 11 removed them.

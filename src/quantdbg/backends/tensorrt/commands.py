@@ -1,10 +1,11 @@
 """Ready-to-run trtexec and Polygraphy commands that build the engine a fallback plan describes.
 
 The mixed-precision model a fallback plan writes already says everything TensorRT needs: INT8 where
-Q/DQ pairs are, FP16 where the fallback layers were cast. So every command here builds a *strongly
-typed* network (``trtexec --stronglyTyped``, ``polygraphy ... --strongly-typed``) with no precision
-flags; the fallback node names only appear in a comment, for the record. (``trtexec_command(spec,
-strongly_typed=False)`` spells the weakly typed equivalent, which pins the fallback nodes by name.)
+Q/DQ pairs are, FP16 where the layers kept out of INT8 were cast. So every command here builds a
+*strongly typed* network (``trtexec --stronglyTyped``, ``polygraphy ... --strongly-typed``) with no
+precision flags; the excluded node names only appear in a comment, for the record.
+(``trtexec_command(spec, strongly_typed=False)`` spells the weakly typed equivalent, which pins the
+excluded nodes by name.)
 
 Flags follow TensorRT 10's trtexec (``--onnx``, ``--stronglyTyped``, ``--minShapes/--optShapes/
 --maxShapes``, ``--saveEngine``, ``--timingCacheFile``, ``--memPoolSize``, ``--builderOptimizationLevel``,
@@ -43,8 +44,8 @@ class EngineBuildSpec(Serializable):
         timing_cache: Timing-cache file to read and update.
         layer_info: Where trtexec writes the engine inspector JSON (implies detailed profiling
             verbosity); read it back with :func:`quantdbg.backends.tensorrt.parse_engine_info`.
-        fallback_nodes: ONNX nodes the plan keeps out of INT8 (recorded in the script comment).
-        fallback_precision: Precision of those nodes in the model.
+        exclude: ONNX nodes the plan keeps out of INT8 (recorded in the script comment).
+        exclude_precision: Precision of those nodes in the model.
         workspace_mib: Workspace memory-pool limit in MiB (None: TensorRT's default).
         builder_optimization_level: 0-5 (None: TensorRT's default, 3).
         tf32: Allow TF32 for FP32 layers (trtexec's default; Polygraphy needs ``--tf32`` for it).
@@ -55,8 +56,8 @@ class EngineBuildSpec(Serializable):
     engine: Path | None = None
     timing_cache: Path | None = None
     layer_info: Path | None = None
-    fallback_nodes: tuple[str, ...] = ()
-    fallback_precision: Precision = Precision.FP16
+    exclude: tuple[str, ...] = ()
+    exclude_precision: Precision = Precision.FP16
     workspace_mib: int | None = None
     builder_optimization_level: int | None = None
     tf32: bool = True
@@ -65,10 +66,10 @@ class EngineBuildSpec(Serializable):
         object.__setattr__(self, "model", Path(self.model))
         for name in ("engine", "timing_cache", "layer_info"):
             object.__setattr__(self, name, optional_path(getattr(self, name)))
-        if isinstance(cast(object, self.fallback_nodes), str):  # a common slip, caught at run time
-            raise ConfigError("fallback_nodes takes a sequence of node names, not one string.")
-        object.__setattr__(self, "fallback_nodes", tuple(self.fallback_nodes))
-        object.__setattr__(self, "fallback_precision", Precision(self.fallback_precision))
+        if isinstance(cast(object, self.exclude), str):  # a common slip, caught at run time
+            raise ConfigError("EngineBuildSpec.exclude takes a sequence of node names, not one string.")
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+        object.__setattr__(self, "exclude_precision", Precision(self.exclude_precision))
         for name, rng in self.shapes.items():
             if not isinstance(rng, ShapeRange):
                 raise ConfigError(f"shapes[{name!r}] must be a ShapeRange, got {type(rng).__name__}.")
@@ -89,7 +90,7 @@ class EngineBuildSpec(Serializable):
             model: Path of the mixed-precision ONNX model (only its graph inputs are read).
             batch: (min, opt, max) batch size for inputs whose only dynamic dimension is axis 0.
             shapes: Explicit ranges for other dynamic inputs (e.g. sequence length).
-            **options: Any other :class:`EngineBuildSpec` field (engine, fallback_nodes, ...).
+            **options: Any other :class:`EngineBuildSpec` field (engine, exclude, ...).
 
         Returns:
             The spec.
@@ -117,7 +118,7 @@ class BuildCommands(Serializable):
         trtexec: Builds (and benchmarks) the engine with trtexec.
         polygraphy_convert: Builds the engine with ``polygraphy convert``.
         polygraphy_run: Builds it in memory and compares TensorRT's outputs with ONNX Runtime's.
-        comment: Shell comment lines recording the fallback nodes.
+        comment: Shell comment lines recording the excluded nodes.
     """
 
     trtexec: str
@@ -150,11 +151,11 @@ def _join(args: Sequence[str | os.PathLike[str]]) -> str:
 
 
 def _weakly_typed(spec: EngineBuildSpec) -> list[str]:
-    # INT8 and the fallback precision enabled; the fallback layers pinned to it by name.
-    precision = spec.fallback_precision.value
+    # INT8 and the excluded nodes' precision enabled; those nodes pinned to it by name.
+    precision = spec.exclude_precision.value
     args = ["--int8", f"--{precision}"]
-    if spec.fallback_nodes:
-        layers = ",".join(f"{_trtexec_name(name)}:{precision}" for name in spec.fallback_nodes)
+    if spec.exclude:
+        layers = ",".join(f"{_trtexec_name(name)}:{precision}" for name in spec.exclude)
         args += ["--precisionConstraints=obey", f"--layerPrecisions={layers}"]
     return args
 
@@ -165,8 +166,8 @@ def trtexec_command(spec: EngineBuildSpec, *, strongly_typed: bool = True) -> st
     Args:
         spec: The build.
         strongly_typed: Build with ``--stronglyTyped`` (precisions from the model's casts). False
-            gives the weakly typed build instead: ``--int8`` and the fallback precision enabled,
-            and the fallback nodes pinned to it with ``--precisionConstraints=obey
+            gives the weakly typed build instead: ``--int8`` and the excluded nodes' precision
+            enabled, and those nodes pinned to it with ``--precisionConstraints=obey
             --layerPrecisions`` (TensorRT names an ONNX model's layers after its nodes).
 
     Returns:
@@ -249,7 +250,7 @@ def polygraphy_run_command(spec: EngineBuildSpec) -> str:
 
 
 def build_commands(spec: EngineBuildSpec) -> BuildCommands:
-    """All three commands for ``spec``, plus a comment naming the fallback nodes.
+    """All three commands for ``spec``, plus a comment naming the excluded nodes.
 
     Args:
         spec: The build; ``spec.engine`` must be set.
@@ -261,9 +262,9 @@ def build_commands(spec: EngineBuildSpec) -> BuildCommands:
         ConfigError: ``spec.engine`` is None.
     """
     comment = ""
-    if spec.fallback_nodes:
-        comment = (f"# {len(spec.fallback_nodes)} node(s) kept in {spec.fallback_precision.value.upper()} "
+    if spec.exclude:
+        comment = (f"# {len(spec.exclude)} node(s) kept in {spec.exclude_precision.value.upper()} "
                    f"(cast in the model; the strongly typed build follows it): "
-                   + ", ".join(" ".join(name.split()) for name in spec.fallback_nodes))
+                   + ", ".join(" ".join(name.split()) for name in spec.exclude))
     return BuildCommands(trtexec_command(spec), polygraphy_convert_command(spec),
                          polygraphy_run_command(spec), comment)

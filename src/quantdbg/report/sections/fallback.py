@@ -1,4 +1,5 @@
-"""Sections of a fallback plan: the outcome, the layers kept out of INT8, every evaluation, build commands."""
+"""Sections of a fallback plan: the outcome, the layers kept out of INT8 (``exclude``), every evaluation,
+build commands."""
 from __future__ import annotations
 
 from quantdbg.fallback import FallbackPlan
@@ -6,7 +7,7 @@ from quantdbg.report.plots import fallback_figure, png
 from quantdbg.report.sections.base import Plot, Section, Table
 
 SHOWN_NODES = 8
-"""Layers listed per evaluation row."""
+"""Excluded layers listed per evaluation row."""
 
 
 def fallback_sections(plan: FallbackPlan) -> list[Section]:
@@ -14,17 +15,17 @@ def fallback_sections(plan: FallbackPlan) -> list[Section]:
     paragraphs = [plan.message or f"Status: {plan.status}.",
                   f"Target: {plan.target.describe()}. Strategy {plan.strategy}: {plan.n_evaluations} "
                   f"evaluation(s) of a budget of {plan.budget}, plus the verification; set is "
-                  f"{'1-minimal' if plan.minimal else 'not proven minimal'}; fallback precision "
-                  f"{plan.precision.value}."]
+                  f"{'1-minimal' if plan.minimal else 'not proven minimal'}; the layers kept out "
+                  f"of INT8 compute in {plan.precision.value}."]
     rank = {node: i + 1 for i, node in enumerate(plan.ranking)}
-    kept = Table(("node", "rank"), tuple((node, rank.get(node)) for node in plan.nodes), "fallback-nodes",
+    kept = Table(("node", "rank"), tuple((node, rank.get(node)) for node in plan.exclude), "fallback-exclude",
                  "Layers kept out of INT8.")
-    evals = Table(("#", "purpose", "layers out of INT8", "value", "met", "layers"),
-                  tuple((i, e.purpose, len(e.nodes), e.value, e.met, ", ".join(e.nodes[:SHOWN_NODES])
-                         + (" ..." if len(e.nodes) > SHOWN_NODES else ""))
+    evals = Table(("#", "purpose", "layers kept out of INT8", "value", "met", "exclude"),
+                  tuple((i, e.purpose, len(e.exclude), e.value, e.met, ", ".join(e.exclude[:SHOWN_NODES])
+                         + (" ..." if len(e.exclude) > SHOWN_NODES else ""))
                         for i, e in enumerate(plan.evaluations, 1)),
                   "fallback-evaluations")
-    sizes = [len(e.nodes) for e in plan.evaluations]
+    sizes = [len(e.exclude) for e in plan.evaluations]
     values = [e.value for e in plan.evaluations]
     met = [e.met for e in plan.evaluations]
     def draw() -> bytes:
@@ -32,5 +33,5 @@ def fallback_sections(plan: FallbackPlan) -> list[Section]:
 
     plots = (Plot("Fallback search", draw, "Metric of each evaluation"),) if plan.evaluations else ()
     code = (" ".join(plan.tensorrt.trtexec_args()),
-            f"modelopt nodes_to_exclude={list(plan.nodes_to_exclude)!r}")
+            f"modelopt nodes_to_exclude={list(plan.exclude)!r}")
     return [Section("Fallback plan", tuple(paragraphs), (evals, kept), plots, code)]

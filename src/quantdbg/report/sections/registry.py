@@ -39,7 +39,7 @@ sections_of.register(DoctorReport, doctor_sections)
 @sections_of.register(ReportBundle)
 def _bundle(bundle: ReportBundle) -> list[Section]:
     # In a bundle, the layers a fallback plan keeps out of INT8 are marked on the ranking charts.
-    kept = tuple(node for r in bundle.results if isinstance(r, FallbackPlan) for node in r.nodes)
+    kept = tuple(node for r in bundle.results if isinstance(r, FallbackPlan) for node in r.exclude)
 
     def member(item: Any) -> list[Section]:
         if kept and isinstance(item, SensitivityReport):
