@@ -249,7 +249,8 @@ def weight_quantization(g: QdqGraph, node: onnx.NodeProto, dq: onnx.NodeProto,
                   axis, w.ndim)
     info = np.iinfo(params.int_dtype) if params.int_dtype is not None and \
         np.issubdtype(params.int_dtype, np.integer) else np.iinfo(np.int8)
-    ours = fake_quant(w, scale, info.min - zero, info.max - zero)
+    # clip(round(w/s) + z, lo, hi) - z, in s units: shifting by the (integer) zero point commutes with round.
+    ours = fake_quant(w + zero * scale, scale, int(info.min), int(info.max)) - zero * scale
     slice_amax = np.abs(w).max(axis=tuple(a for a in range(w.ndim) if a != axis), keepdims=True) \
         if axis is not None else np.abs(w).max()
     clipped = int(np.count_nonzero(scale * QMAX < slice_amax * (1 - CLIP_TOLERANCE)))

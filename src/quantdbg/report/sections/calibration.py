@@ -44,7 +44,7 @@ def calibration_sections(result: CalibrationResult) -> list[Section]:
                      None if stats is None else stats.nonfinite))
     table = Table(("tensor", "calibrator", "amax", "scale", "min", "max", "clipped share", "non-finite"),
                   tuple(rows), "calibration-ranges")
-    tables = (table,)
+    tables: tuple[Table, ...] = (table,)
     if result.folded_weights:
         paragraphs.append(f"{summarize_folded(result.folded_weights)}. Each is quantized as a weight, per "
                           "output channel with its own max|w|, and never calibrated as an activation.")
