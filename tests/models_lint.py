@@ -151,6 +151,28 @@ def per_tensor_weight() -> onnx.ModelProto:
     return quantized_conv("per_tensor_weight", weight_axis=None)
 
 
+def clipped_weight(held: str = "initializer") -> onnx.ModelProto:
+    """clipped-weight: the Conv weight has one scale of max|w|/254 (half its range), as an activation
+    calibrator gives a weight it took for an activation. ``held``: ``"initializer"``, ``"constant"``
+    (a Constant node's output, as Paddle exports weights) or ``"transposed"`` (Transpose of a stored
+    initializer, as tf2onnx does)."""
+    b = QdqBuilder(f"clipped_weight_{held}")
+    x = b.input("x", ("N", 16, 8, 8))
+    w = (b.rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
+    if held == "constant":
+        b.nodes.append(helper.make_node("Constant", [], ["conv.w"], name="conv.w/Constant",
+                                        value=numpy_helper.from_array(w, "conv.w")))
+    elif held == "transposed":
+        b.const("conv.w.stored", np.ascontiguousarray(w.transpose(1, 0, 2, 3)))
+        b.node("Transpose", ["conv.w.stored"], "conv.w/Transpose", "conv.w", perm=[1, 0, 2, 3])
+    else:
+        b.const("conv.w", w)
+    wq = b.qdq("conv.w", float(np.abs(w).max() / 254), name="conv.w")
+    b.node("Conv", [b.qdq(x), wq], "conv", "y", pads=[1, 1, 1, 1])
+    b.output("y")
+    return b.build()
+
+
 def misaligned_channels() -> onnx.ModelProto:
     """channel-alignment: a quantized Conv with 12 output channels."""
     return quantized_conv("misaligned_channels", c_out=12)
@@ -264,6 +286,7 @@ RULE_MODELS = {
     "qdq-on-weighted-output": quantized_conv_output_silu,
     "quantized-graph-output": quantized_graph_output,
     "per-tensor-weight": per_tensor_weight,
+    "clipped-weight": clipped_weight,
     "channel-alignment": misaligned_channels,
 }
 """Rule id -> builder of a model that breaks exactly that rule (no-qdq uses a float model)."""

@@ -3,23 +3,41 @@
 A *feed* maps each model input name to one batch (axis 0 is the batch). Data is anything that
 iterates over feeds; :class:`ArrayData` holds whole arrays and re-batches them, which is what
 makes results comparable across batch sizes.
+
+Data is fitted to the model's inputs (:func:`fit_to_inputs`, which :func:`as_model_data` applies
+for every command and API entry point): a model whose inputs have a fixed batch dimension ``b``
+gets feeds of ``b`` samples whatever batch size was asked for, and a model whose inputs have no
+batch axis at all gets one sample per feed, without the sample axis the data carries.
 """
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from quantdbg.errors import DataError
+from quantdbg.errors import DataError, QuantDbgWarning
 from quantdbg.model import TensorSpec, input_specs
 
 if TYPE_CHECKING:
     import onnx
 
+logger = logging.getLogger(__name__)
+
 Feed = Mapping[str, np.ndarray]
+
+
+class SampleFeed(dict):  # type: ignore[type-arg]
+    """A feed holding one sample of a model whose inputs have no batch axis (no sample axis either).
+
+    Its axis 0 is the model's own first axis (e.g. a sequence), so it counts as one sample
+    (:func:`samples_in`), and :func:`check_feed` keeps its type.
+    """
 
 DEFAULT_BATCH_SIZE = 32
 """Samples per feed when arrays or an ``.npz`` are batched and the caller chose no size."""
@@ -39,16 +57,19 @@ class ArrayData:
         arrays: Input name -> array; every array has the same length on axis 0.
         batch_size: Samples per feed; the last feed may be smaller. None serves one feed.
         limit: Use only the first ``limit`` samples.
+        unbatched: The model's inputs have no batch axis: serve one sample per feed, without its
+            sample axis (as a :class:`SampleFeed`); ``batch_size`` is then ignored.
 
     Raises:
         DataError: The arrays are empty or disagree on the number of samples.
     """
 
     def __init__(self, arrays: Mapping[str, np.ndarray], batch_size: int | None = DEFAULT_BATCH_SIZE,
-                 limit: int | None = None) -> None:
+                 limit: int | None = None, *, unbatched: bool = False) -> None:
         self.arrays = {name: np.asarray(value) for name, value in arrays.items()}
         self.batch_size = batch_size
         self.limit = limit
+        self.unbatched = unbatched
         self._validate()
 
     def _validate(self) -> None:
@@ -70,29 +91,36 @@ class ArrayData:
     @property
     def num_batches(self) -> int:
         """How many feeds one iteration yields."""
+        if self.unbatched:
+            return len(self)
         step = self.batch_size or len(self)
         return -(-len(self) // step)
 
     def __iter__(self) -> Iterator[Feed]:
         n = len(self)
+        if self.unbatched:
+            for index in range(n):
+                yield SampleFeed({name: a[index] for name, a in self.arrays.items()})
+            return
         step = self.batch_size or n
         for start in range(0, n, step):
             yield {name: a[start:start + step] for name, a in self.arrays.items()}
 
     def with_batch_size(self, batch_size: int | None) -> ArrayData:
         """Returns the same samples served in batches of ``batch_size``."""
-        return ArrayData(self.arrays, batch_size, self.limit)
+        return ArrayData(self.arrays, batch_size, self.limit, unbatched=self.unbatched)
 
     def subset(self, indices: np.ndarray) -> ArrayData:
         """Returns the samples at ``indices`` (e.g. a bootstrap resample)."""
-        return ArrayData({k: v[:len(self)][indices] for k, v in self.arrays.items()}, self.batch_size)
+        return ArrayData({k: v[:len(self)][indices] for k, v in self.arrays.items()}, self.batch_size,
+                         unbatched=self.unbatched)
 
 
 class FeedList:
     """A re-iterable list of ready feeds (each its own dict: never ``[{}] * n``)."""
 
     def __init__(self, feeds: Iterable[Feed]) -> None:
-        self.feeds = [dict(feed) for feed in feeds]
+        self.feeds = [SampleFeed(feed) if isinstance(feed, SampleFeed) else dict(feed) for feed in feeds]
         if not self.feeds:
             raise DataError("The calibration data yielded no feeds; give at least one batch.")
 
@@ -174,30 +202,157 @@ def as_data(source: DataSource, batch_size: int | None = DEFAULT_BATCH_SIZE,
 
 def as_model_data(source: DataSource, model: onnx.ModelProto,
                   batch_size: int | None = None) -> CalibrationData:
-    """:func:`as_data` for a loaded model's inputs, re-batched when the caller chose a size.
+    """:func:`as_data` for a loaded model's inputs, re-batched when the caller chose a size, and
+    fitted to the inputs' batch axes (:func:`fit_to_inputs`).
 
     Args:
         source: Anything :func:`as_data` accepts.
         model: The loaded model; only its (non-initializer) input names are read from an ``.npz``.
         batch_size: Samples per feed for paths and arrays (None: :data:`DEFAULT_BATCH_SIZE`).
-            Ready feeds keep their own batches.
+            Ready feeds keep their own batches. A fixed batch dimension overrides it.
 
     Returns:
         Data that can be iterated more than once.
 
     Raises:
-        DataError: ``batch_size`` is below 1, or the source is empty or of an unsupported type.
+        DataError: ``batch_size`` is below 1, the source is empty or of an unsupported type, or it
+            holds fewer samples than the model's fixed batch dimension.
     """
     if batch_size is not None and batch_size < 1:
         raise DataError(f"batch_size must be >= 1, got {batch_size}.")
-    feeds = as_data(source, batch_size or DEFAULT_BATCH_SIZE, inputs=list(input_specs(model)))
+    specs = input_specs(model)
+    feeds = as_data(source, batch_size or DEFAULT_BATCH_SIZE, inputs=list(specs))
     if batch_size is not None and isinstance(feeds, ArrayData) and feeds.batch_size != batch_size:
         feeds = feeds.with_batch_size(batch_size)
-    return feeds
+    return fit_to_inputs(feeds, specs)
+
+
+@dataclass(frozen=True)
+class FeedLayout:
+    """How samples must be cut into feeds for a model's inputs.
+
+    Attributes:
+        batch: The inputs' fixed batch dimension (None: any batch size fits).
+        unbatched: The inputs have no batch axis; the data has one axis more (the samples).
+    """
+
+    batch: int | None = None
+    unbatched: bool = False
+
+
+def feed_layout(shapes: Mapping[str, tuple[int, ...]], specs: Mapping[str, TensorSpec]) -> FeedLayout:
+    """The layout data of these shapes (samples or batches on axis 0) needs for the model's inputs.
+
+    Every input the data holds must agree: all with one axis more than the model's input
+    (unbatched), or all of the model's rank with one fixed batch dimension among them. Anything
+    else gets the default layout, and :func:`check_feed` names the mismatch.
+
+    Args:
+        shapes: Input name -> shape of the data for it.
+        specs: The model's inputs.
+    """
+    common = [name for name in specs if name in shapes]
+    if not common:
+        return FeedLayout()
+    extra = {len(shapes[name]) - len(specs[name].shape) for name in common}
+    if extra == {1}:
+        return FeedLayout(unbatched=True)
+    fixed = {specs[name].fixed_batch for name in common} - {None}
+    if extra == {0} and len(fixed) == 1:
+        return FeedLayout(batch=fixed.pop())
+    return FeedLayout()
+
+
+def fit_to_inputs(data: CalibrationData, specs: Mapping[str, TensorSpec]) -> CalibrationData:
+    """Serves ``data`` in the feeds the model's inputs take (see :func:`feed_layout`).
+
+    Whole arrays (:class:`ArrayData`) and feed lists are fitted: with a fixed batch dimension ``b``
+    they are served ``b`` samples per feed (a last partial batch is left out with a warning), and
+    data with one axis more than unbatched inputs is served one sample per feed without that axis.
+    One log line says which. Other iterables are served as they are.
+
+    Args:
+        data: Data from :func:`as_data`.
+        specs: The model's inputs (:func:`quantdbg.model.input_specs`).
+
+    Returns:
+        ``data`` itself when it fits, else the fitted data.
+
+    Raises:
+        DataError: There are fewer samples than the fixed batch dimension.
+    """
+    if isinstance(data, ArrayData):
+        return _fit_arrays(data, specs)
+    if isinstance(data, FeedList) and data.feeds:
+        return _fit_feeds(data, specs)
+    return data
+
+
+def _shapes(feed: Feed) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(np.shape(value)) for name, value in feed.items()}
+
+
+def _fixed_input(specs: Mapping[str, TensorSpec], batch: int) -> str:
+    return next(name for name, spec in specs.items() if spec.fixed_batch == batch)
+
+
+def _fit_arrays(data: ArrayData, specs: Mapping[str, TensorSpec]) -> ArrayData:
+    layout = feed_layout(_shapes(data.arrays), specs)
+    if layout.unbatched and not data.unbatched:
+        logger.info("The model's inputs have no batch axis and the data one axis more: feeding its %d "
+                    "samples one at a time, without the sample axis.", len(data))
+        return ArrayData(data.arrays, data.batch_size, data.limit, unbatched=True)
+    if layout.batch is None or data.unbatched:
+        return data
+    n, b = len(data), layout.batch
+    kept = n - n % b
+    if kept == 0:
+        raise DataError(f"Input {_fixed_input(specs, b)!r} has a fixed batch dimension of {b}, but the data "
+                        f"holds only {n} sample(s); give at least {b}.")
+    if data.batch_size == b and kept == n:
+        return data
+    if data.batch_size != b:
+        logger.info("Input %r has a fixed batch dimension of %d: feeding %d sample(s) per batch "
+                    "(batch size %s asked).", _fixed_input(specs, b), b, b, data.batch_size or n)
+    if kept < n:
+        warnings.warn(f"Input {_fixed_input(specs, b)!r} has a fixed batch dimension of {b}: the last "
+                      f"{n - kept} of {n} samples do not fill a batch and are left out.", QuantDbgWarning,
+                      stacklevel=4)
+    return ArrayData(data.arrays, b, kept)
+
+
+def _fit_feeds(data: FeedList, specs: Mapping[str, TensorSpec]) -> FeedList:
+    if isinstance(data.feeds[0], SampleFeed):
+        return data  # fitted already
+    layout = feed_layout(_shapes(data.feeds[0]), specs)
+    if layout.unbatched:
+        logger.info("The model's inputs have no batch axis and each feed one axis more: feeding its "
+                    "samples one at a time, without the sample axis.")
+        return FeedList(SampleFeed({name: a[i] for name, a in feed.items()})
+                        for feed in data.feeds for i in range(samples_in(feed)))
+    b = layout.batch
+    if b is None or all(samples_in(feed) == b for feed in data.feeds):
+        return data
+    logger.info("Input %r has a fixed batch dimension of %d: cutting the feeds into batches of %d.",
+                _fixed_input(specs, b), b, b)
+    cut = [{name: a[start:start + b] for name, a in feed.items()}
+           for feed in data.feeds for start in range(0, samples_in(feed) - b + 1, b)]
+    dropped = sum(samples_in(feed) % b for feed in data.feeds)
+    if dropped:
+        warnings.warn(f"Input {_fixed_input(specs, b)!r} has a fixed batch dimension of {b}: {dropped} "
+                      "sample(s) at the ends of feeds do not fill a batch and are left out.", QuantDbgWarning,
+                      stacklevel=4)
+    if not cut:
+        raise DataError(f"Input {_fixed_input(specs, b)!r} has a fixed batch dimension of {b}, but no feed "
+                        f"holds {b} sample(s).")
+    return FeedList(cut)
 
 
 def samples_in(feed: Feed) -> int:
-    """Samples in one feed: axis 0 of its first input (1 for a scalar or an empty feed)."""
+    """Samples in one feed: axis 0 of its first input (1 for a :class:`SampleFeed`, a scalar or an
+    empty feed)."""
+    if isinstance(feed, SampleFeed):
+        return 1
     first = next(iter(feed.values()), None)
     return int(first.shape[0]) if first is not None and first.ndim else 1
 
@@ -224,7 +379,8 @@ def check_feed(feed: Feed, specs: Mapping[str, TensorSpec], where: str = "feed")
         raise DataError(f"{where} lacks model input {missing[0]!r} (expected inputs: {list(specs)}).")
     if extra:
         raise DataError(f"{where} has {extra[0]!r}, which is not a model input (expected: {list(specs)}).")
-    return {name: _check_array(np.asarray(feed[name]), spec, where) for name, spec in specs.items()}
+    checked = {name: _check_array(np.asarray(feed[name]), spec, where) for name, spec in specs.items()}
+    return SampleFeed(checked) if isinstance(feed, SampleFeed) else checked
 
 
 def _check_array(array: np.ndarray, spec: TensorSpec, where: str) -> np.ndarray:

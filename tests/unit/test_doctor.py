@@ -24,6 +24,7 @@ from quantdbg.diagnostics import (
     CHECK_REGISTRY,
     CHECKS,
     NO_EVIDENCE,
+    CheckOutcome,
     CheckRun,
     ChunkedStats,
     Confirmation,
@@ -541,3 +542,44 @@ def test_fails_follows_fail_on_words():
     report = DoctorReport("m", 1, 1, (finding,), ())
     assert report.fails("low") and report.fails("info") and not report.fails("medium")
     assert not report.fails("never") and not DoctorReport("m", 1, 1, (), ()).fails("info")
+
+
+# ----- folded weights ---------------------------------------------------------------------------
+
+def test_folded_weights_finding_lists_each_weight_and_how_it_was_held():
+    from quantdbg.diagnostics import check_folded_weights, folded_evidence
+    from quantdbg.model import FoldedWeight
+
+    assert check_folded_weights(()) == CheckOutcome()
+    items = (FoldedWeight("conv", 1, "conv.w", ("Constant",)),
+             FoldedWeight("fc", 1, "fc.w_t", ("Transpose",), ("fc.w",)))
+    outcome = check_folded_weights(items)
+    finding, = outcome.findings
+    assert (finding.check, finding.severity, finding.score, finding.subjects) == (
+        "folded_weights", Severity.INFO, 2.0, ("conv", "fc"))
+    assert finding.title == ("2 weight(s) were not plain initializers (1 in Constant nodes, 1 behind "
+                             "Transpose): folded into initializers; each is quantized as a weight, per "
+                             "output channel with its own max|w|")
+    assert finding.evidence == folded_evidence(items) == Evidence(
+        ("node", "input", "tensor", "held as", "done"),
+        (("conv", 1, "conv.w", "Constant node", "folded into an initializer"),
+         ("fc", 1, "fc.w_t", "Transpose of initializer 'fc.w'", "folded into an initializer")))
+    assert outcome.data == items
+
+
+def test_diagnose_lists_the_weights_a_constant_node_export_held(rng):
+    import export_forms
+    import models_weights
+
+    model = export_forms.constants(models_weights.small_cnn())
+    data = {"x": rng.standard_normal((8, 3, 8, 8), dtype=np.float32)}
+    report = diagnose(model, data, config=DoctorConfig(checks=("folded_weights",), threads=1))
+    finding, = report.findings
+    assert finding.check == "folded_weights"
+    assert [row[:3] for row in finding.evidence.rows] == [("conv1", 1, "conv1.w"), ("conv2", 1, "conv2.w"),
+                                                          ("fc", 1, "fc.w")]
+    assert [w.node for w in report.folded_weights] == ["conv1", "conv2", "fc"]
+    assert DoctorReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
+    only = DoctorConfig(checks=("folded_weights",), threads=1)
+    clean = diagnose(models_weights.small_cnn(), data, config=only)
+    assert clean.findings == () and clean.folded_weights == ()

@@ -27,6 +27,7 @@ EXPECTED_NODE = {
     "qdq-on-weighted-output": "conv",
     "quantized-graph-output": "y.dequantize",
     "per-tensor-weight": "conv",
+    "clipped-weight": "conv",
     "channel-alignment": "conv",
 }
 
@@ -242,3 +243,86 @@ def test_dequantized_input_into_an_lstm_is_flagged():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     findings = lint(model).findings
     assert [(f.check, f.subjects) for f in findings] == [("dq-into-float-op", ("lstm",))]
+
+
+def _sqnr(w: np.ndarray, q: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(w.astype(np.float64) ** 2) / np.sum((w.astype(np.float64) - q) ** 2)))
+
+
+def _oracle(w: np.ndarray, scale: float) -> tuple[float, float]:
+    """(SQNR with one int8 scale, SQNR per output channel with max|w|/127), by hand."""
+    w = w.astype(np.float64)
+    ours = np.clip(np.round(w / scale), -128, 127) * scale
+    channel = np.abs(w).reshape(w.shape[0], -1).max(axis=1).reshape(-1, 1, 1, 1) / 127
+    reference = np.clip(np.round(w / channel), -127, 127) * channel
+    return _sqnr(w, ours), _sqnr(w, reference)
+
+
+def _conv_weight(model: onnx.ModelProto) -> np.ndarray:
+    """The Conv weight of a clipped_weight model, wherever the model holds it."""
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    if "conv.w" in inits:
+        return inits["conv.w"]
+    if "conv.w.stored" in inits:
+        return inits["conv.w.stored"].transpose(1, 0, 2, 3)
+    node, = (n for n in model.graph.node if n.op_type == "Constant")
+    return onnx.numpy_helper.to_array(node.attribute[0].t)
+
+
+@pytest.mark.parametrize("held", ["initializer", "constant", "transposed"])
+def test_a_clipped_weight_is_high_with_the_sqnr_it_loses(held):
+    from quantdbg.diagnostics import weight_quantization
+    from quantdbg.diagnostics.qdq_graph import QdqGraph
+
+    model = models_lint.clipped_weight(held)
+    w = _conv_weight(model)
+    sqnr, per_channel = _oracle(w, float(np.float32(np.abs(w).max() / 254)))
+    assert per_channel - sqnr > 3  # clipping the largest weights costs far more than it saves
+    finding, = lint(model).findings
+    assert (finding.check, finding.severity, finding.subjects) == ("clipped-weight", Severity.HIGH, ("conv",))
+    assert (f"{sqnr:.1f} dB SQNR against {per_channel:.1f} dB per output channel "
+            f"({per_channel - sqnr:.1f} dB lost)") in finding.title
+    assert "with its one scale below max|w|/127" in finding.title
+    assert finding.fix.startswith("Quantize the weight per output channel (axis 0) with scale max|w|/127")
+    graph = QdqGraph(model)
+    (node, dq, weight), = graph.weight_inputs()
+    measured = weight_quantization(graph, node, dq, weight)
+    assert (measured.tensor, measured.channels, measured.scales, measured.clipped) == ("conv.w", 16, 1, 1)
+    assert measured.sqnr_db == pytest.approx(sqnr, abs=1e-9)
+    assert measured.per_channel_sqnr_db == pytest.approx(per_channel, abs=1e-9)
+
+
+def test_a_per_tensor_weight_names_the_sqnr_it_loses_against_per_channel():
+    model = models_lint.per_tensor_weight()
+    w = onnx.numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == "conv.w"))
+    sqnr, per_channel = _oracle(w, float(np.float32(np.abs(w).max() / 127)))
+    finding, = lint(model).findings
+    assert finding.check == "per-tensor-weight"
+    assert (f"quantizes its 16-channel weight 'conv.w' with one scale: {sqnr:.1f} dB SQNR against "
+            f"{per_channel:.1f} dB per output channel ({per_channel - sqnr:.1f} dB lost)") in finding.title
+
+
+def test_per_channel_scales_below_their_channels_range_are_clipped():
+    b = models_lint.QdqBuilder("clipped_channels")
+    x = b.input("x", ("N", 16, 8, 8))
+    w = (b.rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
+    scales = np.abs(w).reshape(16, -1).max(axis=1) / 127
+    scales[[2, 5]] /= 2  # two channels calibrated to half their range
+    b.const("conv.w", w)
+    b.node("Conv", [b.qdq(x), b.qdq("conv.w", scales, axis=0, name="conv.w")], "conv", "y", pads=[1, 1, 1, 1])
+    b.output("y")
+    finding, = lint(b.build()).findings
+    assert finding.check == "clipped-weight"
+    assert "with 2 of its 16 channel scales below max|w|/127" in finding.title
+
+
+def test_a_scale_of_max_over_127_5_is_no_clipping(tmp_path):
+    # ONNX Runtime's symmetric int8 rule: the largest weight lands half a step past 127.
+    b = models_lint.QdqBuilder("max_over_127_5")
+    x = b.input("x", ("N", 16, 8, 8))
+    w = (b.rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
+    b.const("conv.w", w)
+    scales = np.abs(w).reshape(16, -1).max(axis=1) / 127.5
+    b.node("Conv", [b.qdq(x), b.qdq("conv.w", scales, axis=0, name="conv.w")], "conv", "y", pads=[1, 1, 1, 1])
+    b.output("y")
+    assert lint(b.build()).findings == ()

@@ -115,7 +115,7 @@ def test_check_node_globs_names_the_setting_and_suggests_close_names():
 
 
 def test_save_puts_the_weights_of_a_model_past_2_gb_beside_it(tmp_path, monkeypatch):
-    import quantdbg.model as M
+    import quantdbg.model.save as M
 
     model = models.conv_relu(channels=16)  # a 1.7 kB weight: past onnx's 1 kB threshold for external data
     monkeypatch.setattr(M, "fits_in_protobuf", lambda m: False)  # as for a model past protobuf's 2 GB

@@ -6,6 +6,7 @@ import json
 
 import models
 import models_qdq
+import numpy as np
 import onnx
 import pytest
 
@@ -86,3 +87,34 @@ def test_is_float_reads_numpy_and_onnx_dtypes():
     assert is_float(gs.Variable("a", np.float32)) and is_float(gs.Variable("unknown"))
     assert not is_float(gs.Variable("h", np.float16)) and not is_float(gs.Variable("i", np.int64))
     assert not is_float(gs.Variable("bf16", onnx.TensorProto.BFLOAT16))  # gs keeps it as an onnx enum
+
+
+def test_a_plan_lists_the_weights_loading_folded_and_plans_them_as_weights():
+    import export_forms
+    import models_weights
+
+    from quantdbg.model import as_loaded
+
+    clean = plan_qdq(models_weights.attention_block())
+    model = export_forms.constants(models_weights.attention_block())
+    for plan in (plan_qdq(as_loaded(model)), plan_qdq(model)):  # loaded, or folded by the plan itself
+        assert plan.targets == clean.targets
+        assert [(f.node, f.input_index, f.ops) for f in plan.folded_weights] == [
+            (node, 1, ("Constant",)) for node in ("q_proj", "k_proj", "v_proj", "out_proj")]
+        assert QdqPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert clean.folded_weights == ()
+
+
+def test_a_tensor_constants_compute_is_never_an_activation_target():
+    from onnx import helper, numpy_helper
+
+    model = models.conv_residual()
+    # The residual Add reads a constant (from a Constant node) instead of x: nothing to calibrate.
+    value = numpy_helper.from_array(np.ones((1, 4, 8, 8), np.float32), "bias_map")
+    model.graph.node.insert(0, helper.make_node("Constant", [], ["bias_map"], name="bias_map/Constant",
+                                                value=value))
+    add = next(n for n in model.graph.node if n.name == "add")
+    add.input[1] = "bias_map"
+    plan = plan_qdq(model)
+    assert "bias_map" not in plan.activation_tensors
+    assert "add" not in plan.layers

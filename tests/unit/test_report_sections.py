@@ -227,3 +227,23 @@ def test_sections_dispatch_on_the_result_class():
     assert sections_of(Derived(_lint().findings, "m.onnx")) == sections_of(_lint())
     with pytest.raises(ConfigError, match="Cannot render a dict; pass one of CalibrationResult"):
         sections_of({})
+
+
+def test_calibration_section_lists_the_folded_weights():
+    from dataclasses import replace
+
+    from quantdbg.model import FoldedWeight
+
+    folded = (FoldedWeight("conv", 1, "conv.w", ("Constant",)),
+              FoldedWeight("fc", 1, "fc.w", ("Cast",), ("fc.w/fp16",)))
+    [section] = sections_of(replace(_calibration(), folded_weights=folded))
+    assert section.paragraphs[-1] == (
+        "2 weight(s) were not plain initializers (1 in Constant nodes, 1 behind Cast): folded into "
+        "initializers. Each is quantized as a weight, per output channel with its own max|w|, and never "
+        "calibrated as an activation.")
+    table = _tables([section])["folded-weights"]
+    assert table.columns == ("node", "input", "tensor", "held as", "done")
+    assert table.rows == (("conv", 1, "conv.w", "Constant node", "folded into an initializer"),
+                          ("fc", 1, "fc.w", "Cast of initializer 'fc.w/fp16'", "folded into an initializer"))
+    [plain] = sections_of(_calibration())
+    assert "folded-weights" not in _tables([plain])

@@ -19,7 +19,7 @@ import onnx
 
 from quantdbg._progress import track
 from quantdbg.calibration.stats import Collector, TensorStats
-from quantdbg.data import DataSource, FeedList, as_data, check_feed, samples_in
+from quantdbg.data import DataSource, FeedList, as_model_data, check_feed, samples_in
 from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
 from quantdbg.model import ModelSource, as_loaded, input_specs
 
@@ -122,7 +122,7 @@ class ActivationStream:
         fetch = [n for n in self.names if n not in specs]
         session = open_session(expose_tensors(self.model, fetch), self.session_options,
                                self.purpose) if fetch else None
-        feeds = as_data(data, inputs=list(specs))
+        feeds = as_model_data(data, self.model)
         batches = track(islice(feeds, max_batches), total=_num_batches(feeds, max_batches),
                         desc=self.purpose, enabled=progress)
         for index, feed in enumerate(batches):

@@ -17,7 +17,7 @@ from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError
-from quantdbg.model import ModelSource, as_loaded
+from quantdbg.model import FoldedWeight, ModelSource, as_loaded
 from quantdbg.placement import QdqPlan, plan_qdq
 
 
@@ -31,6 +31,8 @@ class CalibrationResult(_json.Serializable):
         config: The configuration used.
         n_batches: Feeds consumed.
         n_samples: Samples consumed (sum of batch sizes on axis 0).
+        folded_weights: Weights the model held outside plain initializers, folded before
+            placement (the plan's :attr:`~quantdbg.placement.QdqPlan.folded_weights`).
     """
 
     ranges: Mapping[str, TensorRange]
@@ -38,6 +40,7 @@ class CalibrationResult(_json.Serializable):
     config: CalibConfig = field(default_factory=CalibConfig)
     n_batches: int = 0
     n_samples: int = 0
+    folded_weights: tuple[FoldedWeight, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", MappingProxyType(dict(self.ranges)))
@@ -80,7 +83,7 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         BackendError: ONNX Runtime failed.
     """
     loaded = as_loaded(model)
-    plan = placement if isinstance(placement, QdqPlan) else plan_qdq(loaded.proto, placement)
+    plan = placement if isinstance(placement, QdqPlan) else plan_qdq(loaded, placement)
     tensors = plan.activation_tensors
     if not tensors:
         check = (f"QuantConfig.op_types {placement.op_types} and exclude {placement.exclude}"
@@ -100,7 +103,7 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     warn_nonfinite(collected)
     ranges = _ranges(collected, chosen, groups)
     return CalibrationResult({name: ranges[name] for name in tensors}, dict(collected), config,
-                             collected.n_batches, collected.n_samples)
+                             collected.n_batches, collected.n_samples, plan.folded_weights)
 
 
 def _ranges(stats: Mapping[str, TensorStats], chosen: Mapping[str, Calibrator],

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.data import load_npz
+from quantdbg.data import as_model_data
 from quantdbg.errors import ConfigError, DataError, ModelError
 from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, Top1Agreement
-from quantdbg.model import input_specs, load_model, quantized_nodes
+from quantdbg.model import as_loaded, quantized_nodes
 from quantdbg.qdq import quantize, records_from_model
 
 TOP1 = "top1"
@@ -69,19 +69,19 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
     """The FP32 model and the quantized one: MODEL's own Q/DQ nodes, or MODEL quantized from --data.
 
     Returns:
-        (FP32 ModelProto, QuantizedModel).
+        (FP32 LoadedModel, QuantizedModel).
 
     Raises:
         ModelError: A Q/DQ MODEL without --fp32.
         ConfigError: --fp32 with an FP32 MODEL, or an FP32 MODEL without --data.
     """
-    loaded = load_model(args.model, allow_quantized=True)
-    found = quantized_nodes(loaded)
+    loaded = as_loaded(args.model, allow_quantized=True)
+    found = quantized_nodes(loaded.proto)
     if found:
         if not args.fp32:
             raise ModelError(f"MODEL {args.model!r} is already quantized ({len(found)} Q/DQ node(s)); "
                              "give its FP32 original with --fp32 FP32.onnx.")
-        return load_model(args.fp32), records_from_model(loaded)
+        return as_loaded(args.fp32), records_from_model(loaded)
     if args.fp32:
         raise ConfigError(f"--fp32 is only for a Q/DQ MODEL, but {args.model!r} holds no Q/DQ nodes; "
                           "drop --fp32.")
@@ -124,7 +124,8 @@ def _labels(path: str, key: str) -> Any:
 
 
 def eval_data(args: argparse.Namespace, fp_model: Any) -> Any:
-    """The --eval samples in batches of --batch-size, for the FP32 model's inputs.
+    """The --eval samples in batches of --batch-size (or of the model's fixed batch dimension), for
+    the FP32 model's inputs.
 
     Raises:
         ConfigError: --batch-size < 1.
@@ -132,4 +133,4 @@ def eval_data(args: argparse.Namespace, fp_model: Any) -> Any:
     """
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
-    return load_npz(args.eval, args.batch_size, inputs=list(input_specs(fp_model)))
+    return as_model_data(args.eval, as_loaded(fp_model).proto, args.batch_size)

@@ -15,6 +15,7 @@ from quantdbg.diagnostics.checks.calibration_size import (
     collect_chunked,
 )
 from quantdbg.diagnostics.checks.calibrator_disagreement import check_calibrator_disagreement, layer_sqnr
+from quantdbg.diagnostics.checks.folded_weights import check_folded_weights, folded_evidence
 from quantdbg.diagnostics.checks.mixed_ranges import MixedRange, check_mixed_ranges, mixed_ranges
 from quantdbg.diagnostics.checks.qdq_fusion import check_qdq_fusion
 from quantdbg.diagnostics.checks.registry import CHECK_REGISTRY
@@ -54,16 +55,18 @@ from quantdbg.diagnostics.findings import (
 )
 from quantdbg.diagnostics.lint_rules import ALIGNMENT, FLOAT_ONLY_OPS, INT8_CAPABLE_OPS, RULES, Rule
 from quantdbg.diagnostics.linter import LINT_SEVERITIES, LintReport, lint
-from quantdbg.diagnostics.qdq_graph import WEIGHTED_OPS
+from quantdbg.diagnostics.qdq_graph import CLIP_TOLERANCE, WeightQuantization, weight_quantization
+from quantdbg.model import WEIGHTED_OPS
 
 __all__ = [
-    "ALIGNMENT", "CHECKS", "CHECK_REGISTRY", "FAIL_ON", "FLOAT_ONLY_OPS", "INT8_CAPABLE_OPS",
-    "LINT_SEVERITIES", "NO_EVIDENCE", "RULES", "WEIGHTED_OPS", "Cell", "Check", "CheckContext",
-    "CheckName", "CheckOutcome", "CheckRun", "ChunkedStats", "Confirmation", "DoctorConfig",
-    "DoctorReport", "Evidence", "Finding", "LayerConfirmation", "LintReport", "MixedRange",
-    "Rule", "RunStatus", "ScaleStability", "Severity", "WeightZeroing", "bootstrap_stability",
-    "check_calibration_size", "check_calibrator_disagreement", "check_mixed_ranges", "check_qdq_fusion",
-    "check_sensitive_layers", "check_weight_zeroing", "collect_chunked", "confirm_layers", "diagnose",
-    "fail_threshold", "format_cell", "format_text", "layer_sqnr", "lint", "markdown_cell",
-    "mixed_ranges", "reaches", "severity_counts", "sort_findings", "weight_zeroing", "zeroing_evidence",
+    "ALIGNMENT", "CHECKS", "CHECK_REGISTRY", "CLIP_TOLERANCE", "FAIL_ON", "FLOAT_ONLY_OPS",
+    "INT8_CAPABLE_OPS", "LINT_SEVERITIES", "NO_EVIDENCE", "RULES", "WEIGHTED_OPS", "Cell", "Check",
+    "CheckContext", "CheckName", "CheckOutcome", "CheckRun", "ChunkedStats", "Confirmation", "DoctorConfig",
+    "DoctorReport", "Evidence", "Finding", "LayerConfirmation", "LintReport", "MixedRange", "Rule",
+    "RunStatus", "ScaleStability", "Severity", "WeightQuantization", "WeightZeroing", "bootstrap_stability",
+    "check_calibration_size", "check_calibrator_disagreement", "check_folded_weights", "check_mixed_ranges",
+    "check_qdq_fusion", "check_sensitive_layers", "check_weight_zeroing", "collect_chunked",
+    "confirm_layers", "diagnose", "fail_threshold", "folded_evidence", "format_cell", "format_text",
+    "layer_sqnr", "lint", "markdown_cell", "mixed_ranges", "reaches", "severity_counts", "sort_findings",
+    "weight_quantization", "weight_zeroing", "zeroing_evidence",
 ]

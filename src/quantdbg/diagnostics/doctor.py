@@ -2,7 +2,8 @@
 
 The questions: which layers are sensitive; are weights being zeroed by a bad range; was the wrong
 calibrator used for a tensor; is the calibration set big enough; does one tensor mix value ranges
-that a single scale cannot hold; which Q/DQ placements will TensorRT fail to fuse. Each has its own
+that a single scale cannot hold; which Q/DQ placements will TensorRT fail to fuse; which weights
+did the model hold outside plain initializers (Constant nodes, Transpose/Cast chains). Each has its own
 check in :mod:`quantdbg.diagnostics.checks`; :func:`diagnose` quantizes the model once, runs them
 and returns a :class:`DoctorReport` whose findings are ordered most serious first, each with its
 evidence.
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from quantdbg import _display, _json
 from quantdbg.calibration import CalibratorComparison
-from quantdbg.data import DataSource, as_data, samples_in
+from quantdbg.data import DataSource, as_model_data, samples_in
 from quantdbg.diagnostics.checks.base import CheckContext
 from quantdbg.diagnostics.checks.calibration_size import ScaleStability
 from quantdbg.diagnostics.checks.mixed_ranges import MixedRange
@@ -31,7 +32,7 @@ from quantdbg.diagnostics.findings import Finding, Severity, reaches, severity_c
 from quantdbg.diagnostics.linter import LintReport
 from quantdbg.errors import QuantDbgError
 from quantdbg.evaluation import TaskMetric
-from quantdbg.model import ModelSource, as_loaded, input_specs
+from quantdbg.model import FoldedWeight, ModelSource, as_loaded
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import SensitivityReport
 
@@ -91,6 +92,7 @@ class DoctorReport(_json.Serializable):
         stability: Bootstrap scale spread per activation tensor.
         mixed_ranges: Per-channel zeroing under one scale, per examined tensor.
         lint: The TensorRT Q/DQ lint.
+        folded_weights: Weights the model held outside plain initializers, and how they were handled.
     """
 
     model: str
@@ -107,6 +109,7 @@ class DoctorReport(_json.Serializable):
     stability: tuple[ScaleStability, ...] = ()
     mixed_ranges: tuple[MixedRange, ...] = ()
     lint: LintReport | None = None
+    folded_weights: tuple[FoldedWeight, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """Findings per severity (every severity present, possibly 0)."""
@@ -180,12 +183,12 @@ def _prepare(model: ModelSource, data: DataSource, eval_data: DataSource | None,
              metric: TaskMetric | str, progress: bool) -> CheckContext:
     """The model quantized once (the checks' common ground) and the data batched for the checks."""
     loaded = as_loaded(model)
-    inputs = list(input_specs(loaded.proto))
-    calib = as_data(data, config.batch_size, inputs=inputs)
-    evals = calib if eval_data is None else as_data(eval_data, config.batch_size, inputs=inputs)
+    calib = as_model_data(data, loaded.proto, config.batch_size)
+    evals = calib if eval_data is None else as_model_data(eval_data, loaded.proto, config.batch_size)
     # Ready batches: quantize() calibrates on exactly these (it re-batches only when given a size).
     qmodel = quantize(loaded, calib, config.calib, config.quant, progress=progress)
-    return CheckContext(loaded.proto, calib, evals, qmodel, config, metric, progress)
+    return CheckContext(loaded.proto, calib, evals, qmodel, config, metric, progress,
+                        folded_weights=loaded.folded)
 
 
 def _report(model: ModelSource, ctx: CheckContext, findings: tuple[Finding, ...], runs: tuple[CheckRun, ...],
@@ -198,7 +201,7 @@ def _report(model: ModelSource, ctx: CheckContext, findings: tuple[Finding, ...]
         label, ctx.calibration.n_samples, n_eval, findings, runs, ctx.config, metric, ctx.sensitivity,
         first("sensitive_layers"), measured.get("weight_zeroing", ()),
         measured.get("calibrator_disagreement", ()), measured.get("calibration_size", ()),
-        measured.get("mixed_ranges", ()), first("qdq_fusion"))
+        measured.get("mixed_ranges", ()), first("qdq_fusion"), measured.get("folded_weights", ()))
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from quantdbg.data import DEFAULT_BATCH_SIZE
 from quantdbg.errors import ConfigError, unknown
 
 CheckName = Literal["sensitive_layers", "weight_zeroing", "calibrator_disagreement", "calibration_size",
-                    "mixed_ranges", "qdq_fusion"]
+                    "mixed_ranges", "qdq_fusion", "folded_weights"]
 """The doctor's checks, in the order it runs them (a later check may use an earlier one's result)."""
 CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 

@@ -12,17 +12,20 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
+import onnx
 
 from quantdbg.diagnostics.findings import NO_EVIDENCE, Finding, Severity
 from quantdbg.diagnostics.qdq_graph import (
-    WEIGHTED_OPS,
+    CLIP_TOLERANCE,
     QdqGraph,
+    WeightQuantization,
     channel_counts,
     output_channel_axis,
     pair_name,
     preview,
+    weight_quantization,
 )
-from quantdbg.model import QUANTIZED_OP_TYPES
+from quantdbg.model import QUANTIZED_OP_TYPES, WEIGHTED_OPS
 
 # Ops whose "Supported Types" in onnx-tensorrt's operators.md include INT8.
 _INT8_TYPED = frozenset({
@@ -311,21 +314,53 @@ def _rule_graph_output(g: QdqGraph) -> Iterator[Finding]:
                 "Remove the Q/DQ pair before the graph output (quantdbg never quantizes outputs).")
 
 
+_WEIGHT_FIX = ("Quantize the weight per output channel{axis} with scale max|w|/127 per channel -- a weight's "
+               "range is its own maximum, never calibrated: quantdbg does (it also folds weights held in "
+               "Constant nodes or behind Transpose/Cast into initializers first); ONNX Runtime "
+               "per_channel=True; for other tools, re-export the weight as an initializer.")
+
+
+def _sqnr_text(m: WeightQuantization) -> str:
+    return (f"{m.sqnr_db:.1f} dB SQNR against {m.per_channel_sqnr_db:.1f} dB per output channel "
+            f"({m.loss_db:.1f} dB lost)")
+
+
+def _weight_quantizations(g: QdqGraph) -> Iterator[tuple[onnx.NodeProto, WeightQuantization, int | None]]:
+    """(weighted op, its weight's quantization, output-channel axis) for every float weight."""
+    for node, dq, weight in g.weight_inputs():
+        measured = weight_quantization(g, node, dq, weight)
+        if measured is not None:
+            yield node, measured, output_channel_axis(node, weight.ndim)
+
+
+@_rule("clipped-weight", Severity.HIGH, "weight scale below max|w|/127: the weight is clipped",
+       f"{_GUIDE}: weights are quantized per output channel with their own range; a tool calibrating "
+       "a weight like an activation (ModelOpt on Constant-node weights) clips it")
+def _rule_clipped_weight(g: QdqGraph) -> Iterator[Finding]:
+    for node, m, axis in _weight_quantizations(g):
+        if not m.clipped:
+            continue
+        what = ("its one scale" if m.scales == 1 else f"{m.clipped} of its {m.scales} channel scales")
+        yield _finding(
+            "clipped-weight", node.name,
+            f"{node.op_type} {node.name!r} quantizes weight {m.tensor!r} with {what} below "
+            f"max|w|/127 (by more than {100 * CLIP_TOLERANCE:.0f}%), so its largest weights are clipped: "
+            f"{_sqnr_text(m)}. A weight calibrated like an activation gets such a scale (e.g. a weight "
+            "held in a Constant node, which a tool took for an activation).",
+            _WEIGHT_FIX.format(axis="" if axis is None else f" (axis {axis})"))
+
+
 @_rule("per-tensor-weight", Severity.MEDIUM, "weights quantized per tensor",
        f"{_GUIDE}: per-tensor activations and per-channel weights give the best accuracy")
 def _rule_per_tensor_weight(g: QdqGraph) -> Iterator[Finding]:
-    for node, dq, weight in g.weight_inputs():
-        scale = g.qparams(dq).scale
-        axis = output_channel_axis(node, weight.ndim)
-        channels = 1 if axis is None else weight.shape[axis]
-        if scale is not None and scale.size == 1 and channels > 1:
+    for node, m, axis in _weight_quantizations(g):
+        if m.scales == 1 and m.channels > 1 and not m.clipped:
             yield _finding(
                 "per-tensor-weight", node.name,
-                f"{node.op_type} {node.name!r} quantizes its {channels}-channel weight with one scale; a "
-                "channel with small weights loses most of its precision. TensorRT recommends per-channel "
-                "weights.",
-                f"Quantize the weight per output channel (axis {axis}): quantdbg "
-                "QuantConfig(per_channel=True); ONNX Runtime per_channel=True.")
+                f"{node.op_type} {node.name!r} quantizes its {m.channels}-channel weight {m.tensor!r} "
+                f"with one scale: {_sqnr_text(m)}; a channel with small weights loses most of its precision. "
+                "TensorRT recommends per-channel weights.",
+                _WEIGHT_FIX.format(axis="" if axis is None else f" (axis {axis})"))
 
 
 @_rule("channel-alignment", Severity.INFO, f"quantized layer channels not a multiple of {ALIGNMENT}",

@@ -1,7 +1,8 @@
 """A read-only view of a Q/DQ ONNX graph for the lint: producers, consumers, constants, Q/DQ pairs.
 
 Works on any Q/DQ model (quantdbg's, ONNX Runtime's, ModelOpt's): it reads the graph syntactically
-and never modifies it.
+and never modifies it. A weight is whatever constants alone compute: an initializer, a Constant
+node's output, or a chain of nodes over them (Transpose, Cast, ... evaluated on a copy).
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from quantdbg.quant_math import weight_axis
+from quantdbg.model import WEIGHTED_OPS, computed_constants
+from quantdbg.quant_math import QMAX, channel_scale, fake_quant, sqnr_db, weight_axis
 
-WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-"""Layers TensorRT runs as INT8 GEMM/convolution kernels when all their inputs are dequantized."""
+CLIP_TOLERANCE = 0.01
+"""Share of max|w| a weight's INT8 range may fall short of before the weight counts as clipped (a
+scale of max|w|/127.5, ONNX Runtime's symmetric rule, clips only the largest weight by half a step)."""
 
 
 def attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
@@ -72,6 +75,10 @@ class QdqGraph:
                 value = _constant_value(node)
                 if value is not None:
                     self.constants[node.output[0]] = value
+        # What a QuantizeLinear reads through Transpose/Cast/... of constants is a weight too.
+        computed = [n.input[0] for n in self.nodes if n.op_type == "QuantizeLinear" and n.input
+                    and n.input[0] not in self.constants]
+        self.constants.update(computed_constants(model, computed))
 
     def of_type(self, ops: Collection[str]) -> Iterator[onnx.NodeProto]:
         """The nodes whose op type is one of ``ops``, in graph order."""
@@ -175,3 +182,80 @@ def preview(values: np.ndarray, limit: int = 4) -> str:
     flat = np.asarray(values).reshape(-1)
     shown = ", ".join(f"{v:.6g}" for v in flat[:limit].tolist())
     return f"[{shown}{', ...' if flat.size > limit else ''}]" if flat.size > 1 else shown
+
+
+@dataclass(frozen=True)
+class WeightQuantization:
+    """A dequantized weight's INT8 quantization, measured against TensorRT's rule (per output channel,
+    scale max|w|/127).
+
+    Attributes:
+        tensor: The weight (what the QuantizeLinear reads, or the DequantizeLinear's constant).
+        channels: Its output channels (1 when it has no channel axis).
+        scales: How many scales the model uses for it (1: per tensor).
+        clipped: How many of those scales are below their slice's max|w|/127 (by more than
+            :data:`CLIP_TOLERANCE`).
+        sqnr_db: The weight's SQNR with the model's own scales and zero points.
+        per_channel_sqnr_db: Its SQNR with one scale max|w|/127 per output channel.
+    """
+
+    tensor: str
+    channels: int
+    scales: int
+    clipped: int
+    sqnr_db: float
+    per_channel_sqnr_db: float
+
+    @property
+    def loss_db(self) -> float:
+        """SQNR lost against per-channel quantization (dB)."""
+        return self.per_channel_sqnr_db - self.sqnr_db
+
+
+def _along(values: np.ndarray, axis: int | None, rank: int) -> np.ndarray:
+    """Per-slice values shaped to broadcast along ``axis`` of a rank-``rank`` array (as they are for None)."""
+    if axis is None or values.size == 1:
+        return values.reshape(())
+    shape = [1] * rank
+    shape[axis] = -1
+    return values.reshape(shape)
+
+
+def _weight_sqnr(weight: np.ndarray, dequantized: np.ndarray) -> float:
+    return sqnr_db(float(np.square(weight).sum()), float(np.square(weight - dequantized).sum()))
+
+
+def weight_quantization(g: QdqGraph, node: onnx.NodeProto, dq: onnx.NodeProto,
+                        weight: np.ndarray) -> WeightQuantization | None:
+    """How the Q/DQ pair on a weighted op's weight quantizes it (None: not a float weight, or a
+    scale that is not constant).
+
+    Args:
+        g: The graph.
+        node: The weighted op.
+        dq: The DequantizeLinear on its weight input.
+        weight: The weight's values (from :meth:`QdqGraph.weight_inputs`).
+    """
+    q = g.q_before(dq)
+    params = g.qparams(q if q is not None else dq)
+    if params.scale is None or not np.issubdtype(weight.dtype, np.floating) or weight.ndim == 0:
+        return None
+    w = weight.astype(np.float64)
+    axis = params.axis % w.ndim if params.scale.size > 1 else None
+    if axis is not None and params.scale.size != w.shape[axis]:
+        return None  # a malformed pair: onnx.checker and ONNX Runtime reject it
+    scale = _along(params.scale.astype(np.float64), axis, w.ndim)
+    zero = _along(np.zeros(1) if params.zero_point is None else params.zero_point.astype(np.float64),
+                  axis, w.ndim)
+    info = np.iinfo(params.int_dtype) if params.int_dtype is not None and \
+        np.issubdtype(params.int_dtype, np.integer) else np.iinfo(np.int8)
+    # clip(round(w/s) + z, lo, hi) - z, in s units: shifting by the (integer) zero point commutes with round.
+    ours = fake_quant(w + zero * scale, scale, int(info.min), int(info.max)) - zero * scale
+    slice_amax = np.abs(w).max(axis=tuple(a for a in range(w.ndim) if a != axis), keepdims=True) \
+        if axis is not None else np.abs(w).max()
+    clipped = int(np.count_nonzero(scale * QMAX < slice_amax * (1 - CLIP_TOLERANCE)))
+    out_axis = output_channel_axis(node, w.ndim)
+    reference = fake_quant(w, channel_scale(w, out_axis))
+    return WeightQuantization(q.input[0] if q is not None else dq.input[0],
+                              1 if out_axis is None else int(w.shape[out_axis]), int(params.scale.size),
+                              clipped, _weight_sqnr(w, ours), _weight_sqnr(w, reference))

@@ -2,15 +2,20 @@
 
 Placement follows TensorRT's explicit-quantization guidance:
 
-* both inputs of every Conv, ConvTranspose, Gemm and MatMul are quantized -- weights (initializers)
-  symmetric per output channel, activations symmetric per tensor; never a bias, never an output
-  (TensorRT propagates the DQ forward and the Q backward, so output Q/DQ would only block fusions);
+* both inputs of every Conv, ConvTranspose, Gemm and MatMul are quantized -- weights symmetric per
+  output channel with their own max|w|, activations symmetric per tensor; never a bias, never an
+  output (TensorRT propagates the DQ forward and the Q backward, so output Q/DQ would only block
+  fusions). A weight is any input constants alone compute: held in a Constant node, behind a
+  Transpose or a Cast of an initializer, or an initializer also listed as a graph input, it is
+  folded into an initializer first (:func:`quantdbg.model.fold_weights`; recorded in
+  :attr:`QdqPlan.folded_weights`), so it is never calibrated as an activation;
 * the other input of an ``Add`` fed by a quantized Conv is quantized too, so Conv+Add fuse into one
   INT8 kernel (the ResNet residual);
 * a Concat whose output feeds a quantized node gets its inputs quantized with the scale of its
   output, so the Concat moves INT8 data and its Q/DQ pairs cancel.
 
-The plan is made before calibration, so exactly the planned activations are calibrated.
+The plan is made before calibration, so exactly the planned activations are calibrated, and no
+tensor constants alone compute is ever one of them.
 """
 from __future__ import annotations
 
@@ -23,12 +28,20 @@ import onnx_graphsurgeon as gs
 
 from quantdbg import _json
 from quantdbg.config import QuantConfig, TensorKind
-from quantdbg.model import check_node_globs, node_names, to_graph
+from quantdbg.model import (
+    WEIGHTED_OPS,
+    FoldedWeight,
+    LoadedModel,
+    check_node_globs,
+    constant_tensors,
+    fold_weights,
+    name_graph_nodes,
+    to_graph,
+)
 from quantdbg.quant_math import weight_axis
 
 DEFAULT_QUANT = QuantConfig()
 _FLOAT = np.dtype(np.float32)
-_WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,8 @@ class QuantTarget(_json.Serializable):
         op_type: The consumer's op type.
         input_index: Which input of the node.
         tensor: ONNX value name of that input in the FP32 model.
-        kind: ``"weight"`` (an initializer, per-channel) or ``"activation"`` (per tensor).
+        kind: :attr:`TensorKind.WEIGHT` (constants compute it: per output channel) or
+            :attr:`TensorKind.ACTIVATION` (per tensor).
         axis: Output-channel axis of a per-channel weight; None for activations and per-tensor
             weights.
     """
@@ -63,10 +77,14 @@ class QdqPlan(_json.Serializable):
     Attributes:
         targets: Every (node, input) to quantize, in graph order.
         shared_scale_groups: Groups of activation tensors that must share one scale (Concat inputs).
+        folded_weights: Weights the model held outside plain initializers (Constant nodes,
+            Transpose/Cast/... of initializers, initializers listed as graph inputs) and how they
+            were handled, in graph order; they are planned as weights like any initializer.
     """
 
     targets: tuple[QuantTarget, ...]
     shared_scale_groups: tuple[tuple[str, ...], ...] = ()
+    folded_weights: tuple[FoldedWeight, ...] = ()
 
     @property
     def activation_tensors(self) -> tuple[str, ...]:
@@ -95,52 +113,50 @@ class QdqPlan(_json.Serializable):
         return (tensor,)
 
 
-def plan_qdq(model: onnx.ModelProto, config: QuantConfig = DEFAULT_QUANT) -> QdqPlan:
+def plan_qdq(model: onnx.ModelProto | LoadedModel, config: QuantConfig = DEFAULT_QUANT) -> QdqPlan:
     """Decides which (node, input) pairs get Q/DQ, before any calibration.
 
-    Unnamed nodes are named as :func:`quantdbg.model.name_nodes` names them, so the plan matches
-    the model :func:`insert_qdq` builds. The model is not modified.
+    Unnamed nodes are named as :func:`quantdbg.model.name_nodes` names them, and weights that are
+    not plain initializers are folded as :func:`quantdbg.model.load_model` folds them, so the plan
+    matches the model :func:`insert_qdq` builds. The model is not modified.
 
     Args:
-        model: The FP32 model (ideally from :func:`quantdbg.model.load_model`, so tensor dtypes
-            are known; unknown dtypes count as float).
+        model: The FP32 model: a :class:`~quantdbg.model.LoadedModel` (its folded weights are
+            listed in the plan) or a ModelProto (ideally from :func:`quantdbg.model.load_model`,
+            so tensor dtypes are known; unknown dtypes count as float).
         config: Op types to quantize, exclusions, and the residual/Concat rules.
 
     Returns:
-        The plan: targets in graph order and the Concat shared-scale groups.
+        The plan: targets in graph order, the Concat shared-scale groups and the folded weights.
 
     Raises:
-        ModelError: An exclusion name or glob matches no node (the message suggests close names).
+        ModelError: An exclusion name or glob matches no node (the message suggests close names),
+            or a weight computed from constants cannot be evaluated.
     """
-    graph = to_graph(model)
-    _name_graph_nodes(graph)
+    proto, folded = (model.proto, model.folded) if isinstance(model, LoadedModel) else fold_weights(model)
+    graph = name_graph_nodes(to_graph(proto))
     check_node_globs("QuantConfig.exclude", config.exclude, [node.name for node in graph.nodes])
+    constants = constant_tensors(proto)
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     targets: dict[tuple[str, int], QuantTarget] = {}
     quantized_convs: set[str] = set()
     for node in graph.nodes:
         if node.op in config.op_types and not config.is_excluded(node.name):
-            found = _node_targets(node, config)
+            found = _node_targets(node, config, constants)
             for target in found:
                 targets[(target.node, target.input_index)] = target
             if node.op == "Conv" and found:
                 quantized_convs.add(node.name)
     if config.quantize_residual_add:
         for node in graph.nodes:
-            residual = _residual_target(node, quantized_convs, config)
+            residual = _residual_target(node, quantized_convs, config, constants)
             if residual is not None:
                 targets.setdefault((residual.node, residual.input_index), residual)
     groups: list[list[str]] = []
     if config.share_concat_scales:
-        groups = _concat_targets(graph, targets, config)
+        groups = _concat_targets(graph, targets, config, constants)
     ordered = sorted(targets.values(), key=lambda t: (order[t.node], t.input_index))
-    return QdqPlan(tuple(ordered), _ordered_groups(groups, ordered))
-
-
-def _name_graph_nodes(graph: gs.Graph) -> None:
-    names = node_names((node.name, node.op) for node in graph.nodes)
-    for node, name in zip(graph.nodes, names, strict=True):
-        node.name = name
+    return QdqPlan(tuple(ordered), _ordered_groups(groups, ordered), folded)
 
 
 def is_float(tensor: gs.Tensor) -> bool:
@@ -156,13 +172,18 @@ def _is_onnx_enum(dtype: Any) -> bool:
     return isinstance(dtype, int) and not isinstance(dtype, np.dtype)
 
 
-def _quantizable_inputs(node: gs.Node) -> list[int]:
+def _is_activation(tensor: gs.Tensor, constants: frozenset[str]) -> bool:
+    """A float tensor that depends on the graph inputs (not computed from constants alone)."""
+    return not isinstance(tensor, gs.Constant) and tensor.name not in constants and is_float(tensor)
+
+
+def _quantizable_inputs(node: gs.Node, constants: frozenset[str]) -> list[int]:
     """Input indices a quantized node of this op type gets Q/DQ on."""
     present = [i for i, t in enumerate(node.inputs) if t.name and is_float(t)]
-    if node.op in _WEIGHTED_OPS:
+    if node.op in WEIGHTED_OPS:
         return [i for i in present if i < 2]  # data and weight; input 2 of Conv/Gemm is the bias
     # Other op types asked for in QuantConfig.op_types: every float activation input.
-    return [i for i in present if not isinstance(node.inputs[i], gs.Constant)]
+    return [i for i in present if _is_activation(node.inputs[i], constants)]
 
 
 def _weight_axis(node: gs.Node, index: int, weight: gs.Constant, config: QuantConfig) -> int | None:
@@ -172,9 +193,9 @@ def _weight_axis(node: gs.Node, index: int, weight: gs.Constant, config: QuantCo
     return weight_axis(node.op, len(weight.shape), bool(node.attrs.get("transB", 0)))
 
 
-def _node_targets(node: gs.Node, config: QuantConfig) -> list[QuantTarget]:
+def _node_targets(node: gs.Node, config: QuantConfig, constants: frozenset[str]) -> list[QuantTarget]:
     targets = []
-    for index in _quantizable_inputs(node):
+    for index in _quantizable_inputs(node, constants):
         tensor = node.inputs[index]
         if isinstance(tensor, gs.Constant):
             axis = _weight_axis(node, index, tensor, config)
@@ -184,7 +205,8 @@ def _node_targets(node: gs.Node, config: QuantConfig) -> list[QuantTarget]:
     return targets
 
 
-def _residual_target(node: gs.Node, quantized_convs: set[str], config: QuantConfig) -> QuantTarget | None:
+def _residual_target(node: gs.Node, quantized_convs: set[str], config: QuantConfig,
+                     constants: frozenset[str]) -> QuantTarget | None:
     """The input of an Add to quantize so TensorRT can fuse the Add into its Conv producer."""
     if node.op != "Add" or len(node.inputs) != 2 or config.is_excluded(node.name):
         return None
@@ -195,13 +217,13 @@ def _residual_target(node: gs.Node, quantized_convs: set[str], config: QuantConf
     # The first Conv-fed input fuses; the other input (identity or projection) is read as INT8.
     other = 1 - from_conv[0]
     tensor = node.inputs[other]
-    if isinstance(tensor, gs.Constant) or not is_float(tensor):
+    if not _is_activation(tensor, constants):
         return None
     return QuantTarget(node.name, node.op, other, tensor.name, TensorKind.ACTIVATION)
 
 
 def _concat_targets(graph: gs.Graph, targets: dict[tuple[str, int], QuantTarget],
-                    config: QuantConfig) -> list[list[str]]:
+                    config: QuantConfig, constants: frozenset[str]) -> list[list[str]]:
     """Adds Q/DQ on the inputs of every Concat whose output is quantized; returns scale groups.
 
     Repeats until nothing changes, so a Concat feeding a quantized Concat is handled too.
@@ -225,7 +247,7 @@ def _concat_targets(graph: gs.Graph, targets: dict[tuple[str, int], QuantTarget]
             done.add(node.name)
             changed = True
             for index, tensor in enumerate(node.inputs):
-                if isinstance(tensor, gs.Constant) or not is_float(tensor):
+                if not _is_activation(tensor, constants):
                     continue
                 targets.setdefault((node.name, index),
                                    QuantTarget(node.name, node.op, index, tensor.name, TensorKind.ACTIVATION))

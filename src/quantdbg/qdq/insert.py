@@ -51,8 +51,9 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
             quantizable node, the plan does not match the model, or a weight is not finite.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
-    fp_model = as_loaded(model).proto
-    plan = plan if plan is not None else plan_qdq(fp_model, config)
+    loaded = as_loaded(model)
+    fp_model = loaded.proto
+    plan = plan if plan is not None else plan_qdq(loaded, config)
     check_names("quantizable node", exclude, plan.layers)
     scales = _activation_scales(plan, calibration, exclude)
     graph = to_graph(fp_model)

@@ -46,7 +46,7 @@ def quantize(model: ModelSource, data: DataSource, calib: CalibConfig = _DEFAULT
     """
     fp_model = as_loaded(model)
     feeds = as_model_data(data, fp_model.proto, batch_size)
-    plan = plan_qdq(fp_model.proto, quant)
+    plan = plan_qdq(fp_model, quant)
     result = calibrate(fp_model, feeds, calib, plan, progress=progress)
     return insert_qdq(fp_model, result, quant, plan=plan)
 

@@ -16,7 +16,7 @@ import onnx
 from quantdbg._json import Serializable
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig, Runner, RunnerFactory
 from quantdbg.config import Precision
-from quantdbg.data import DEFAULT_BATCH_SIZE, CalibrationData, DataSource, as_data
+from quantdbg.data import CalibrationData, DataSource, as_model_data
 from quantdbg.errors import ModelError, unknown
 from quantdbg.evaluation import (
     Comparison,
@@ -27,7 +27,7 @@ from quantdbg.evaluation import (
     as_task_metric,
     concat_batches,
 )
-from quantdbg.model import ModelSource, as_loaded, input_specs
+from quantdbg.model import ModelSource, as_loaded
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity.graphs import SwitchGraph, switch_graph
 
@@ -84,8 +84,7 @@ class VariantEvaluator:
         self.qmodel = qmodel
         _check_layers(self.fp_model, qmodel)
         self.metric = as_task_metric(metric)
-        self.data: CalibrationData = as_data(data, DEFAULT_BATCH_SIZE,
-                                             inputs=list(input_specs(self.fp_model)))
+        self.data: CalibrationData = as_model_data(data, self.fp_model)
         self.runner_factory = runner_factory or default_runner_factory()
         self.n_passes = 0
         self._switch: SwitchGraph | None = None

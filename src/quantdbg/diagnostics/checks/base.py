@@ -18,6 +18,7 @@ from quantdbg.data import CalibrationData
 from quantdbg.diagnostics.doctor_config import CheckName, DoctorConfig
 from quantdbg.diagnostics.findings import Finding
 from quantdbg.evaluation import TaskMetric
+from quantdbg.model import FoldedWeight
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport
 
@@ -49,6 +50,8 @@ class CheckContext:
         progress: Show progress bars.
         sensitivity: The local ranking, once ``sensitive_layers`` has run (later checks use its
             evidence).
+        folded_weights: Weights loading found outside plain initializers and folded
+            (:attr:`quantdbg.model.LoadedModel.folded`).
     """
 
     fp_model: onnx.ModelProto
@@ -59,6 +62,7 @@ class CheckContext:
     metric: TaskMetric | str
     progress: bool = False
     sensitivity: SensitivityReport | None = field(default=None)
+    folded_weights: tuple[FoldedWeight, ...] = ()
 
     @property
     def calibration(self) -> CalibrationResult:

@@ -22,6 +22,7 @@ from quantdbg.calibration import (
     get_calibrator,
     merge_stats,
 )
+from quantdbg.data import SampleFeed, samples_in
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
 from quantdbg.errors import QuantDbgWarning
@@ -93,16 +94,20 @@ def collect_chunked(model: onnx.ModelProto, data: Iterable[Mapping[str, np.ndarr
     histogram = {t for t, c in calibrators.items() if c.needs_histogram}
     specs = input_specs(model)
     fetch = [t for t in tensors if t not in specs]
+    # A feed the model takes only whole (one sample of unbatched inputs, or a fixed batch) goes to
+    # one chunk; other feeds are split by sample.
+    whole = any(spec.fixed_batch for spec in specs.values())
     collectors = [Collector(tensors, histogram, num_bins) for _ in range(chunks)]
     sizes = [0] * chunks
     offset = 0
     with OnnxrtRunner(expose_tensors(model, fetch), OrtConfig(intra_op_num_threads=threads)) as runner:
-        for feed in data:
-            rows = int(np.shape(next(iter(feed.values())))[0])
-            owner = (offset + np.arange(rows)) % chunks
+        for index, feed in enumerate(data):
+            rows = samples_in(feed)
+            split = not (whole or isinstance(feed, SampleFeed))
+            owner = (offset + np.arange(rows)) % chunks if split else np.full(rows, index % chunks)
             offset += rows
             for k in np.unique(owner):
-                part = {name: np.asarray(a)[owner == k] for name, a in feed.items()}
+                part = {name: np.asarray(a)[owner == k] for name, a in feed.items()} if split else feed
                 values = runner.infer(part, fetch) if fetch else {}
                 values.update({t: part[t] for t in tensors if t in part})
                 for name in tensors:

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from quantdbg.diagnostics.checks import (
     calibration_size,
     calibrator_disagreement,
+    folded_weights,
     mixed_ranges,
     qdq_fusion,
     sensitive_layers,
@@ -16,7 +17,7 @@ from quantdbg.diagnostics.checks.base import Check
 from quantdbg.diagnostics.doctor_config import CHECKS, CheckName
 
 _MODULES = (sensitive_layers, weight_zeroing, calibrator_disagreement, calibration_size, mixed_ranges,
-            qdq_fusion)
+            qdq_fusion, folded_weights)
 
 CHECK_REGISTRY: Mapping[CheckName, Check] = MappingProxyType(
     {check.name: check for check in sorted((m.CHECK for m in _MODULES), key=lambda c: CHECKS.index(c.name))})

@@ -1,10 +1,13 @@
-"""Sections of a calibration: the ranges table, and a calibrator comparison where a result holds one."""
+"""Sections of a calibration: the ranges table, the weights that were folded before placement, and a
+calibrator comparison where a result holds one."""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
 from quantdbg.calibration import CalibrationResult, CalibratorComparison, TensorStats
+from quantdbg.diagnostics import folded_evidence
+from quantdbg.model import summarize_folded
 from quantdbg.report.plots import ThresholdHistogram, png, threshold_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table
 
@@ -19,7 +22,8 @@ def clipped_share(stats: TensorStats | None, amax: float) -> float | None:
 
 
 def calibration_sections(result: CalibrationResult) -> list[Section]:
-    """What a calibration holds: how much data, and one row per tensor (range, scale, statistics).
+    """What a calibration holds: how much data, one row per tensor (range, scale, statistics), and
+    the weights the model held outside plain initializers (one row each: how held, what was done).
 
     A calibrator comparison is computed by an analysis that asks for it
     (:func:`quantdbg.calibration.compare_calibrators`, the doctor) and shown with that result.
@@ -40,7 +44,14 @@ def calibration_sections(result: CalibrationResult) -> list[Section]:
                      None if stats is None else stats.nonfinite))
     table = Table(("tensor", "calibrator", "amax", "scale", "min", "max", "clipped share", "non-finite"),
                   tuple(rows), "calibration-ranges")
-    return [Section("Calibration", tuple(paragraphs), (table,))]
+    tables: tuple[Table, ...] = (table,)
+    if result.folded_weights:
+        paragraphs.append(f"{summarize_folded(result.folded_weights)}. Each is quantized as a weight, per "
+                          "output channel with its own max|w|, and never calibrated as an activation.")
+        folded = folded_evidence(result.folded_weights)
+        tables += (Table(folded.columns, folded.rows, "folded-weights",
+                         "Weights not held in plain initializers"),)
+    return [Section("Calibration", tuple(paragraphs), tables)]
 
 
 def calibrator_comparison_section(comparisons: Sequence[CalibratorComparison],

@@ -1,0 +1,36 @@
+"""The only ModelProto <-> onnx-graphsurgeon boundary, and constant values as gs sees them."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+
+def constant_values(tensor: gs.Tensor) -> np.ndarray | None:
+    """Values of an initializer or of a Constant node's output, else None."""
+    if isinstance(tensor, gs.Constant):
+        return np.asarray(tensor.values)
+    producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if producer is not None and producer.op == "Constant" \
+            and isinstance(producer.attrs.get("value"), gs.Constant):
+        return np.asarray(producer.attrs["value"].values)
+    return None
+
+
+def to_graph(model: onnx.ModelProto) -> gs.Graph:
+    """Imports ``model`` into onnx-graphsurgeon (the copy is independent of ``model``)."""
+    return gs.import_onnx(model)
+
+
+def to_model(graph: gs.Graph, like: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """Exports a graph, cleaned and topologically sorted, keeping the metadata of ``like``."""
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    kwargs = {}
+    if like is not None:
+        kwargs = {"producer_name": like.producer_name or "quantdbg", "ir_version": like.ir_version}
+    model = gs.export_onnx(graph, do_type_check=False, **kwargs)
+    if like is not None:
+        del model.opset_import[:]
+        model.opset_import.extend(like.opset_import)
+        model.metadata_props.extend(like.metadata_props)
+    return model

@@ -1,0 +1,224 @@
+"""Loading and validating ONNX models: every quantdbg entry point passes its model through here.
+
+The checks (checker, shape inference, opset, already-quantized input, external data) happen once,
+and the caller's model is never modified: a ModelProto argument is copied, a file is only read. An
+FP32 model's weights that are not plain initializers are folded into initializers on that copy
+(:mod:`quantdbg.model.weights`), so every later stage finds each weight where it looks for one.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import shape_inference, version_converter
+
+from quantdbg.errors import ModelError
+from quantdbg.model.names import name_nodes
+from quantdbg.model.weights import FoldedWeight, fold_weights, summarize_folded
+
+logger = logging.getLogger(__name__)
+
+MIN_OPSET = 13
+"""Per-channel DequantizeLinear (``axis``) needs opset 13."""
+
+QUANTIZED_OP_TYPES = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+    "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QLinearConcat", "QLinearSigmoid",
+    "QLinearLeakyRelu", "QLinearAveragePool", "QLinearSoftmax", "ConvInteger", "MatMulInteger",
+    "QGemm", "QAttention", "DynamicQuantizeMatMul",
+})
+_TWO_GB = 2**31 - 1
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedModel:
+    """A model that passed :func:`load_model`'s checks; quantdbg functions given one skip them.
+
+    Checker and shape inference take seconds on large models, so a pipeline loads once
+    (:func:`as_loaded`) and hands the result on.
+
+    Attributes:
+        proto: The checked model (opset >= 13, shapes inferred, every node named, every weight of
+            an FP32 model an initializer). Treat it as read-only: every quantdbg function copies
+            before editing.
+        quantized: It was loaded with ``allow_quantized=True`` (it may hold Q/DQ or QLinear ops).
+        folded: The weights loading found outside plain initializers (Constant nodes, chains such
+            as Transpose or Cast of an initializer, initializers listed as graph inputs) and
+            folded into initializers, in graph order; empty for a clean export or a Q/DQ model.
+    """
+
+    proto: onnx.ModelProto
+    quantized: bool = False
+    folded: tuple[FoldedWeight, ...] = ()
+
+
+ModelSource = str | os.PathLike | onnx.ModelProto | LoadedModel
+"""A path to a ``.onnx`` file, a ModelProto (copied, never modified), or an already loaded model."""
+
+
+def load_model(source: ModelSource, *, allow_quantized: bool = False) -> onnx.ModelProto:
+    """Loads, checks and normalises an FP32 ONNX model without touching the source.
+
+    Args:
+        source: A path to a ``.onnx`` file (external data beside it is loaded), a ModelProto
+            (copied, never modified), or a :class:`LoadedModel` (returned as it is, not re-checked).
+        allow_quantized: Accept a model that already holds Q/DQ or QLinear ops (for analysing
+            models quantized elsewhere).
+
+    Returns:
+        A new ModelProto at opset >= 13 with inferred shapes, weights in memory, every node
+        named (:func:`~quantdbg.model.name_nodes`) and, unless it holds Q/DQ or QLinear ops,
+        every weight folded into an initializer (see :attr:`LoadedModel.folded`).
+
+    Raises:
+        ModelError: The file is missing or unreadable, external data points outside the model's
+            folder, the checker or shape inference fails, the opset cannot be converted, the
+            model is already quantized and ``allow_quantized`` is False, or a weight computed from
+            constants cannot be evaluated.
+    """
+    return as_loaded(source, allow_quantized=allow_quantized).proto
+
+
+def as_loaded(source: ModelSource, *, allow_quantized: bool = False) -> LoadedModel:
+    """Loads and checks ``source`` once (see :func:`load_model`); a LoadedModel is returned as it is.
+
+    Raises:
+        ModelError: As :func:`load_model`.
+    """
+    if isinstance(source, LoadedModel):
+        if allow_quantized or not source.quantized:
+            return source
+        _refuse_quantized(source.proto)
+        return LoadedModel(source.proto, False, source.folded)
+    model = _infer_shapes(_checked(_convert_opset(_read(source))))
+    name_nodes(model)
+    if quantized_nodes(model):
+        if not allow_quantized:
+            _refuse_quantized(model)
+        return LoadedModel(model, True)
+    model, folded = fold_weights(model)
+    if folded:
+        logger.info("%s (on the loaded copy; the model itself is unchanged).", summarize_folded(folded))
+    return LoadedModel(model, allow_quantized, folded)
+
+
+def _refuse_quantized(model: onnx.ModelProto) -> None:
+    found = quantized_nodes(model)
+    if found:
+        raise ModelError(
+            f"The model is already quantized: {len(found)} node(s) such as {found[0]!r} "
+            f"({_op_of(model, found[0])}) hold Q/DQ or QLinear ops. Pass the FP32 original, or "
+            "use the analysis entry points that accept quantized models (allow_quantized=True)."
+        )
+
+
+def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    if isinstance(source, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(source)
+        return copy
+    path = Path(source)
+    if not path.is_file():
+        raise ModelError(f"Model file {str(path)!r} does not exist or is not a file.")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # protobuf raises several unrelated types
+        raise ModelError(f"Cannot parse {str(path)!r} as an ONNX model: {err}") from err
+    _check_external_locations(model, path.parent)
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as err:
+        raise ModelError(f"Cannot load the external weights of {str(path)!r}: {err}") from err
+    return model
+
+
+def _check_external_locations(model: onnx.ModelProto, base: Path) -> None:
+    root = base.resolve()
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        target = (root / location).resolve()
+        if Path(location).is_absolute() or root not in target.parents:
+            raise ModelError(
+                f"Initializer {tensor.name!r} points to external data {location!r}, outside the "
+                f"model's folder {str(root)!r}. Refusing to read it; move the data file beside the model."
+            )
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    """Returns the default-domain opset version of ``model``."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise ModelError("The model imports no default-domain ('ai.onnx') opset; cannot quantize it.")
+
+
+def _convert_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    version = opset_of(model)
+    if version >= MIN_OPSET:
+        return model
+    try:
+        converted = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as err:  # the converter raises bare RuntimeError / C++ errors
+        raise ModelError(
+            f"The model uses opset {version}; per-channel DequantizeLinear needs opset >= {MIN_OPSET} "
+            f"and onnx's version converter failed: {err}. Re-export the model at opset >= {MIN_OPSET}."
+        ) from err
+    return converted
+
+
+def fits_in_protobuf(model: onnx.ModelProto) -> bool:
+    """True when ``model`` serialises to under 2 GB (the protobuf limit for in-memory checks).
+
+    ``ByteSize()`` walks the whole message (about 0.3 s for a 90 MB model), so the weights'
+    payload is summed first and the exact size is asked for only near the limit.
+    """
+    payload = sum(len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * len(t.int64_data)
+                  for t in model.graph.initializer)
+    if payload < _TWO_GB // 2:
+        return True
+    return model.ByteSize() < _TWO_GB
+
+
+def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        if fits_in_protobuf(model):
+            onnx.checker.check_model(model)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "model.onnx"
+                copy = onnx.ModelProto()
+                copy.CopyFrom(model)  # onnx.save rewrites the initializers it externalises
+                onnx.save(copy, str(path), save_as_external_data=True, location="weights.bin")
+                onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as err:
+        raise ModelError(f"The ONNX checker rejected the model: {err}") from err
+    return model
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    if not fits_in_protobuf(model):
+        return model  # shape inference on protos this large needs the file path; ORT infers at run time
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as err:  # InferenceError and C++ errors
+        raise ModelError(f"ONNX shape inference failed: {err}. Fix the model's shapes or types.") from err
+
+
+def quantized_nodes(model: onnx.ModelProto) -> list[str]:
+    """Returns the names of nodes whose op type means the model is already quantized."""
+    return [node.name or f"<unnamed {node.op_type} #{i}>" for i, node in enumerate(model.graph.node)
+            if node.op_type in QUANTIZED_OP_TYPES]
+
+
+def _op_of(model: onnx.ModelProto, name: str) -> str:
+    for i, node in enumerate(model.graph.node):
+        if (node.name or f"<unnamed {node.op_type} #{i}>") == name:
+            return node.op_type
+    return "?"
