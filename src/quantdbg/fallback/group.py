@@ -74,7 +74,9 @@ def quickxplain(ledger: Ledger, candidates: Sequence[str]) -> frozenset[str]:
         candidates: Most sensitive first; the result prefers early candidates.
 
     Returns:
-        The set (irreducible when the metric is monotone).
+        The set: irreducible when the metric is monotone, and always a superset of a set seen to
+        pass (QuickXplain keeps ``base | candidates`` passing at every step), so it needs no
+        evaluation of its own.
 
     Raises:
         BudgetExhausted: The budget ran out first.

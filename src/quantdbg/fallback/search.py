@@ -124,22 +124,10 @@ def _auto(ledger: Ledger, names: tuple[str, ...], config: SearchConfig, verify: 
         if size is None and not ledger.met(frozenset(names), "search"):
             return _unreachable(ledger, names, "auto")
         chosen = quickxplain(ledger, names[:size])
-        if not ledger.met(chosen, "group"):
-            return _non_monotone(ledger, names, chosen, verify)
     except BudgetExhausted:
         return _exhausted(ledger, names, verify)
     minimal = all(ledger.known(chosen - {n}) is False for n in chosen)
     return _verified(ledger, names, chosen, minimal, "auto", verify)
-
-
-def _non_monotone(ledger: Ledger, names: tuple[str, ...], chosen: frozenset[str],
-                  verify: Score) -> FallbackPlan:
-    """Group testing's set missed the target (the metric is not monotone): the smallest passing set seen."""
-    passing = ledger.smallest_passing()
-    assert passing is not None  # the gallop's prefix or every layer passed before group testing began
-    note = (f" Group testing's set of {len(chosen)} node(s) missed the target (the metric is not monotone in "
-            f"the layers kept out of INT8); the smallest passing set seen is used instead.")
-    return _verified(ledger, names, passing, False, "auto", verify, note=note)
 
 
 def _exhausted(ledger: Ledger, names: tuple[str, ...], verify: Score) -> FallbackPlan:
