@@ -22,9 +22,9 @@ def detector():
     return model, data, md.quantized(model, data)
 
 
-def _fallback(detector, strategy: str = "auto", output_batches: int = 0):
+def _fallback(detector, strategy: str = "auto", output_samples: int = 0):
     model, data, qmodel = detector
-    config = FallbackConfig(SensitivityConfig(evidence=False, output_batches=output_batches), strategy,
+    config = FallbackConfig(SensitivityConfig(evidence=False, output_samples=output_samples), strategy,
                             Precision.FP32)
     with VariantEvaluator(model, qmodel, data, md.DECISIONS, ONE_THREAD) as evaluator:
         int8 = evaluator.run(evaluator.layers).value
@@ -55,7 +55,7 @@ def test_bisect_trusts_the_local_ranking_and_keeps_most_layers_out(detector):
 
 
 def test_the_output_space_ranking_puts_the_head_first_and_the_report_says_so(detector):
-    result, _, _ = _fallback(detector, output_batches=2)
+    result, _, _ = _fallback(detector, output_samples=32)
     report = result.report
     space, agreement = report.output_space, report.agreement
     assert space is not None and agreement is not None

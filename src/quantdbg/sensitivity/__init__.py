@@ -12,7 +12,7 @@ from quantdbg.sensitivity.analyze import analyze_sensitivity
 from quantdbg.sensitivity.config import (
     EVIDENCE_BATCHES,
     MODES,
-    OUTPUT_BATCHES,
+    OUTPUT_SAMPLES,
     OUTPUT_SPACE_MODES,
     Mode,
     SensitivityConfig,
@@ -33,7 +33,7 @@ from quantdbg.sensitivity.report import LayerSensitivity, QuantizedInput, Sensit
 from quantdbg.sensitivity.resume import SweepProgress
 from quantdbg.sensitivity.suggest import suggest_calibrators
 
-__all__ = ["EVIDENCE_BATCHES", "FUSION_K", "MODES", "MODE_FUNCTIONS", "OUTPUT_BATCHES", "OUTPUT_SPACE_MODES",
+__all__ = ["EVIDENCE_BATCHES", "FUSION_K", "MODES", "MODE_FUNCTIONS", "OUTPUT_SAMPLES", "OUTPUT_SPACE_MODES",
            "TOP_K", "LayerEvidence", "LayerSensitivity", "Mode", "OutputSpace", "QuantizedInput",
            "RankAgreement", "SensitivityConfig", "SensitivityReport", "SweepProgress", "TensorError",
            "VariantEvaluator", "VariantResult", "analyze_sensitivity", "default_runner_factory",

@@ -66,7 +66,7 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         if config.evidence:
             found.evidence = collect_evidence(evaluator, config)
         if _wants_output_space(config):
-            found.output_space = measure_output_space(evaluator, config.output_batches, config.progress)
+            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress)
         report = found.report(evaluator, config.mode, time.perf_counter() - start, fingerprint)
     if config.results_path is not None:
         report.write(config.results_path)
@@ -74,7 +74,7 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
 
 
 def _wants_output_space(config: SensitivityConfig) -> bool:
-    return config.output_batches > 0 and config.mode in OUTPUT_SPACE_MODES
+    return config.output_samples > 0 and config.mode in OUTPUT_SPACE_MODES
 
 
 def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
@@ -90,7 +90,7 @@ def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
         layers = tuple(replace(layer, evidence=found[layer.node]) for layer in report.layers)
         report = replace(report, layers=layers)
     if missing_output:
-        report = replace(report, output_space=measure_output_space(evaluator, config.output_batches,
+        report = replace(report, output_space=measure_output_space(evaluator, config.output_samples,
                                                                    config.progress))
     report.write(config.results_path)  # type: ignore[arg-type]
     return report

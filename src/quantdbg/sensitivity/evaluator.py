@@ -249,8 +249,23 @@ class VariantEvaluator:
 
     def samples(self, batches: int | None = None) -> int:
         """Samples in the first ``batches`` batches (None: every batch)."""
-        return sum(int(np.shape(next(iter(feed.values())))[0] or 1)
-                   for feed in itertools.islice(self.data, batches))
+        return sum(_feed_samples(feed) for feed in itertools.islice(self.data, batches))
+
+    def batches_holding(self, samples: int) -> int:
+        """The fewest first batches holding at least ``samples`` samples (every batch when the data
+        holds fewer)."""
+        batches = seen = 0
+        for feed in self.data:
+            batches += 1
+            seen += _feed_samples(feed)
+            if seen >= samples:
+                break
+        return batches
+
+
+def _feed_samples(feed: Mapping[str, np.ndarray]) -> int:
+    """Samples in a feed: axis 0 of its first input (1 for a scalar)."""
+    return int(np.shape(next(iter(feed.values())))[0] or 1)
 
 
 __all__ = ["VariantEvaluator", "VariantResult", "default_runner_factory"]

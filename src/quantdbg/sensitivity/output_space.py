@@ -2,10 +2,10 @@
 
 Local and cumulative modes rank a layer by its own error. A layer whose error is small but whose
 outputs feed a threshold (class logits through a Sigmoid and a confidence cut) ranks last there,
-although it flips decisions. Here each layer is quantized alone (isolated) on the first
-``output_batches`` batches -- ``L`` short passes of the switchable graph -- and scored by the task
-metric when it runs in the session (output metrics, top-1 agreement, accuracy, output functions),
-else (metrics that need a model file) by the SQNR of the model's outputs against FP32.
+although it flips decisions. Here each layer is quantized alone (isolated) on the first batches
+holding ``output_samples`` samples -- ``L`` short passes of the switchable graph -- and scored by
+the task metric when it runs in the session (output metrics, top-1 agreement, accuracy, output
+functions), else (metrics that need a model file) by the SQNR of the model's outputs against FP32.
 """
 from __future__ import annotations
 
@@ -69,16 +69,17 @@ def _score(evaluator: VariantEvaluator, layer: str, metric: TaskMetric, batches:
     except Exception as err:  # a user metric that needs every sample: say which setting avoids it
         raise ConfigError(f"The output-space ranking scores {metric.name!r} on the first {len(reference)} "
                           f"batch(es) of the evaluation data, and it failed there ({type(err).__name__}: "
-                          f"{err}). Set SensitivityConfig(output_batches=0) to skip the output-space "
-                          "ranking, or a number >= the data's batches to score every sample.") from err
+                          f"{err}). Set SensitivityConfig(output_samples=0) to skip the output-space "
+                          "ranking, or a number >= the data's samples to score every sample.") from err
 
 
-def measure_output_space(evaluator: VariantEvaluator, batches: int, progress: bool = False) -> OutputSpace:
-    """Quantizes each layer alone and scores the model's outputs on the first ``batches`` batches.
+def measure_output_space(evaluator: VariantEvaluator, samples: int, progress: bool = False) -> OutputSpace:
+    """Quantizes each layer alone and scores the model's outputs on the first batches of the data.
 
     Args:
         evaluator: The models, data and task metric.
-        batches: Batches per variant (>= 1; fewer when the data has fewer).
+        samples: Each variant runs on the first batches holding at least this many samples
+            (every batch when the data holds fewer).
         progress: Show a progress bar.
 
     Returns:
@@ -87,7 +88,7 @@ def measure_output_space(evaluator: VariantEvaluator, batches: int, progress: bo
     Raises:
         ConfigError: The task metric fails on the first batches alone.
     """
-    reference = evaluator.head_reference(batches)
+    reference = evaluator.head_reference(evaluator.batches_holding(samples))
     n_samples = evaluator.samples(len(reference))
     metric = _batch_metric(evaluator.metric, n_samples)
     results = {layer: _score(evaluator, layer, metric, len(reference))
