@@ -63,7 +63,7 @@ def test_bisect_finds_the_minimal_set_within_budget(seed):
     n_layers = int(rng.choice([16, 48, 100]))
     ranking, critical = _problem(rng, n_layers, int(rng.integers(1, 4)), within=4)
     evaluate = Additive(ranking, critical)
-    plan = search_fallback(ranking, evaluate, TARGET)
+    plan = search_fallback(ranking, evaluate, TARGET, strategy="bisect")
     assert plan.status == "met"
     assert TARGET.is_met(evaluate.value(frozenset(plan.exclude)))
     for node in plan.exclude:  # greedy-minimal: dropping any single node breaks the target
@@ -91,7 +91,7 @@ def test_budget_exhausted_during_pruning_keeps_a_passing_set():
     ranking = [f"n{i}" for i in range(16)]
     critical = {"n0", "n3", "n9"}  # n9 sits deep: the passing prefix holds 10 nodes, too many to prune
     evaluate = Additive(ranking, critical)
-    plan = search_fallback(ranking, evaluate, TARGET)
+    plan = search_fallback(ranking, evaluate, TARGET, strategy="bisect")
     assert plan.status == "met"
     assert critical <= set(plan.exclude)
     assert plan.n_evaluations == default_budget(16)
@@ -149,7 +149,7 @@ def test_bad_rankings():
         search_fallback([], lambda exclude: 1.0, TARGET)
     with pytest.raises(ConfigError, match=r"^The ranking lists node 'a' twice"):
         search_fallback(["a", "b", "a"], lambda exclude: 1.0, TARGET)
-    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, "
+    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of auto, bisect, "
                                           r"linear\.$"):
         search_fallback(["a"], lambda exclude: 1.0, TARGET, strategy="greedy")  # type: ignore[arg-type]
 
@@ -162,7 +162,9 @@ def test_plan_json_round_trip_and_interop_settings():
     assert FallbackPlan.from_dict(data) == plan
     assert data["format"] == "quantdbg.fallback_plan/2" and "nodes" not in data
     assert data["exclude"] == ["n1"] and data["modelopt"]["nodes_to_exclude"] == ["n1"]
-    assert all(set(e) == {"exclude", "value", "met", "purpose"} for e in data["evaluations"])
+    assert all(set(e) == {"exclude", "value", "met", "purpose", "round"} for e in data["evaluations"])
+    bisect = search_fallback(ranking, Additive(ranking, {"n1"}), target, strategy="bisect").to_dict()
+    assert all(set(e) == {"exclude", "value", "met", "purpose"} for e in bisect["evaluations"])
     assert [e["exclude"] for e in data["evaluations"]] == [list(e.exclude) for e in plan.evaluations]
     assert data["tensorrt"]["trtexec"] == "trtexec --onnx=MIXED.onnx --stronglyTyped"
     assert data["tensorrt"]["layer_precisions"] == {"n1": "fp16"}
@@ -227,7 +229,7 @@ def test_fallback_config_json_round_trip_and_validation():
     for config in (FallbackConfig(), FallbackConfig(SensitivityConfig(mode="isolated", jobs=2, progress=True),
                                                     "linear", Precision.FP32, 7)):
         assert FallbackConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
-    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of bisect, "
+    with pytest.raises(ConfigError, match=r"^Unknown fallback strategy 'greedy'; choose one of auto, bisect, "
                                           r"linear\.$"):
         FallbackConfig(strategy="greedy")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"^max_evaluations must be >= 1 or None, got 0\.$"):

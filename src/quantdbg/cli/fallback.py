@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
     fallback.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
                           help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
-    fallback.add_argument("--max-evaluations", type=int, help="Search budget (default 2*log2(L)+2).")
+    fallback.add_argument("--max-evaluations", type=int,
+                          help="Search budget (default: the search's bound for max(4, L/10) layers).")
     fallback.add_argument("--report", metavar="RESULT.json",
                           help="Walk this analyze report instead of ranking.")
     fallback.add_argument("--out", required=True, metavar="MIXED.onnx", help="The mixed-precision model.")

@@ -1,22 +1,38 @@
 """Fallback: the smallest set of layers to keep out of INT8 so a target holds, and the mixed model.
 
-``target`` (what must hold) -> ``search`` (gallop, bisect and prune over a ranking) -> ``plan`` (the
+``target`` (what must hold) -> ``config`` (SearchConfig, FallbackConfig) -> ``search`` (the
+strategies: ``ranked`` gallop/bisect/prune, or ``group`` testing after a short gallop, with the
+``ledger`` counting every evaluation against the ``budget``) -> ``plan`` (the
 ``quantdbg.fallback_plan/2`` document, with ModelOpt's and TensorRT's settings) -> ``mixed`` (the
 mixed-precision model); ``auto`` chains ranking, search and verification on the real model.
 """
-from quantdbg.fallback.auto import FallbackConfig, FallbackResult, auto_fallback
+from quantdbg.fallback.auto import FallbackResult, auto_fallback
+from quantdbg.fallback.budget import (
+    GALLOP_SHARE,
+    default_budget,
+    gallop_sizes,
+    group_testing_bound,
+    planned_culprits,
+    search_bound,
+)
+from quantdbg.fallback.config import FallbackConfig, SearchConfig
 from quantdbg.fallback.mixed import write_mixed_model
 from quantdbg.fallback.plan import (
+    PLAN_STATUSES,
+    PURPOSES,
     STRATEGIES,
     FallbackEvaluation,
     FallbackPlan,
     PlanStatus,
+    Purpose,
     Strategy,
     TensorRTSettings,
 )
-from quantdbg.fallback.search import default_budget, search_fallback
+from quantdbg.fallback.search import search_fallback
 from quantdbg.fallback.target import TARGET_KINDS, FallbackTarget, TargetKind
 
-__all__ = ["STRATEGIES", "TARGET_KINDS", "FallbackConfig", "FallbackEvaluation", "FallbackPlan",
-           "FallbackResult", "FallbackTarget", "PlanStatus", "Strategy", "TargetKind", "TensorRTSettings",
-           "auto_fallback", "default_budget", "search_fallback", "write_mixed_model"]
+__all__ = ["GALLOP_SHARE", "PLAN_STATUSES", "PURPOSES", "STRATEGIES", "TARGET_KINDS", "FallbackConfig",
+           "FallbackEvaluation", "FallbackPlan", "FallbackResult", "FallbackTarget", "PlanStatus", "Purpose",
+           "SearchConfig", "Strategy", "TargetKind", "TensorRTSettings", "auto_fallback", "default_budget",
+           "gallop_sizes", "group_testing_bound", "planned_culprits", "search_bound", "search_fallback",
+           "write_mixed_model"]

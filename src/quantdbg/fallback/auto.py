@@ -1,50 +1,22 @@
 """The automatic flow: rank the layers, search the fewest to keep out of INT8, verify on the real model."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from quantdbg import _json
 from quantdbg._json import Serializable
 from quantdbg.config import Precision
-from quantdbg.errors import ConfigError, check_choice
+from quantdbg.errors import ConfigError
 from quantdbg.evaluation import OutputMetric
+from quantdbg.fallback.config import FallbackConfig
 from quantdbg.fallback.mixed import mixed_model
-from quantdbg.fallback.plan import STRATEGIES, FallbackPlan, Strategy
-from quantdbg.fallback.search import search_fallback
+from quantdbg.fallback.plan import FallbackPlan
+from quantdbg.fallback.search import Score, search_fallback
 from quantdbg.fallback.target import FallbackTarget
 from quantdbg.qdq import QuantizedModel
-from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
-
-
-@dataclass(frozen=True)
-class FallbackConfig(Serializable):
-    """How :func:`auto_fallback` ranks and searches.
-
-    Attributes:
-        sensitivity: How the layers are ranked when no report is given (``mode="local"`` costs
-            about two FP32 passes; ``"isolated"``/``"leave-one-out"`` one pass per layer but rank
-            by the task metric), and whether progress bars show.
-        strategy: Search strategy (see :func:`~quantdbg.fallback.search.search_fallback`).
-        precision: What the layers kept out of INT8 compute in: FP16 (TensorRT) or FP32 (CPU backends).
-        max_evaluations: Search budget (None: :func:`~quantdbg.fallback.search.default_budget`).
-
-    Raises:
-        ConfigError: Unknown strategy, or a budget below 1.
-    """
-
-    sensitivity: SensitivityConfig = field(default_factory=SensitivityConfig)
-    strategy: Strategy = "bisect"
-    precision: Precision = Precision.FP16
-    max_evaluations: int | None = None
-
-    def __post_init__(self) -> None:
-        check_choice("fallback strategy", self.strategy, STRATEGIES)
-        object.__setattr__(self, "precision", Precision(self.precision))
-        if self.max_evaluations is not None and self.max_evaluations < 1:
-            raise ConfigError(f"max_evaluations must be >= 1 or None, got {self.max_evaluations}.")
+from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, analyze_sensitivity
 
 
 @dataclass(frozen=True)
@@ -112,8 +84,7 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
         if target.kind == "relative_loss" and target.reference is None:
             target = target.with_reference(scorer.reference_value())
         evaluate, verify = _scoring(scorer, config.precision)
-        plan = search_fallback(report, evaluate, target, config.strategy,
-                               max_evaluations=config.max_evaluations, verify=verify)
+        plan = search_fallback(report, evaluate, target, config.search, verify=verify)
     plan = plan.with_precision(config.precision)
     unreachable = plan.status == "unreachable"
     mixed = None if unreachable else mixed_model(scorer.qmodel, plan.exclude, config.precision)
@@ -135,9 +106,6 @@ def _scorer(evaluator: VariantEvaluator, target: FallbackTarget, stack: ExitStac
     return evaluator
 
 
-Score = Callable[[frozenset[str]], float]
-
-
 def _scoring(scorer: VariantEvaluator, precision: Precision) -> tuple[Score, Score]:
     """``evaluate`` (the switchable graph, or the mixed model for model-file metrics) and ``verify``
     (the real mixed model) of the search."""
@@ -154,4 +122,4 @@ def _scoring(scorer: VariantEvaluator, precision: Precision) -> tuple[Score, Sco
     return evaluate, verify
 
 
-__all__ = ["FallbackConfig", "FallbackResult", "auto_fallback"]
+__all__ = ["FallbackResult", "auto_fallback"]

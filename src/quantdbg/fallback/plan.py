@@ -7,7 +7,7 @@ import logging
 import os
 import shlex
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -24,11 +24,15 @@ from quantdbg.fallback.target import FallbackTarget
 
 logger = logging.getLogger(__name__)
 
-Strategy = Literal["bisect", "linear"]
+Strategy = Literal["auto", "bisect", "linear"]
 """How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`)."""
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
-PlanStatus = Literal["met", "unreachable", "verification_failed"]
-Purpose = Literal["search", "prune", "verify"]
+PlanStatus = Literal["met", "unreachable", "verification_failed", "budget_exhausted"]
+"""How a search ended (see :attr:`FallbackPlan.status`)."""
+PLAN_STATUSES: tuple[PlanStatus, ...] = get_args(PlanStatus)
+Purpose = Literal["search", "group", "prune", "verify"]
+"""The phase an evaluation belongs to (see :attr:`FallbackEvaluation.purpose`)."""
+PURPOSES: tuple[Purpose, ...] = get_args(Purpose)
 
 
 @dataclass(frozen=True)
@@ -39,13 +43,31 @@ class FallbackEvaluation(Serializable):
         exclude: The nodes kept out of INT8 in this evaluation, in rank order.
         value: What it returned.
         met: Whether the target held.
-        purpose: ``"search"`` (prefix gallop/bisection), ``"prune"`` or ``"verify"``.
+        purpose: ``"search"`` (ranked prefixes: gallop, bisection, every layer out of INT8),
+            ``"group"`` (group testing), ``"prune"`` (greedy pruning) or ``"verify"``.
+        round: Evaluations sharing a round do not depend on each other's results (the gallop's
+            prefixes), so a parallel executor may run them together; None when not marked (the
+            ranked strategies), and then absent from the JSON form.
     """
 
     exclude: tuple[str, ...]
     value: float
     met: bool
     purpose: Purpose
+    round: int | None = None
+
+    def __json_encode__(self) -> dict[str, Any]:
+        # Unmarked evaluations keep the form plans had before rounds existed.
+        return {f.name: _json.encode(getattr(self, f.name)) for f in fields(self)
+                if f.name != "round" or self.round is not None}
+
+
+def phase_counts(evaluations: Iterable[FallbackEvaluation]) -> dict[Purpose, int]:
+    """Evaluations per phase, in the order the phases first occur."""
+    counts: dict[Purpose, int] = {}
+    for e in evaluations:
+        counts[e.purpose] = counts.get(e.purpose, 0) + 1
+    return counts
 
 
 @dataclass(frozen=True)
@@ -121,9 +143,11 @@ class FallbackPlan(Serializable):
     """The result of a fallback search (the ``quantdbg.fallback_plan/2`` document).
 
     Attributes:
-        status: ``"met"``; ``"unreachable"`` (even every ranked node out of INT8 misses the target;
-            ``value`` is the best achieved); ``"verification_failed"`` (the search's set passed but
-            the verification run of the final model did not).
+        status: ``"met"``; ``"unreachable"`` (even every ranked node out of INT8 misses the target,
+            or the budget ran out before any set met it; ``value`` is the best achieved);
+            ``"verification_failed"`` (the search's set passed but the verification run of the final
+            model did not); ``"budget_exhausted"`` (the budget ran out before the set was minimal:
+            ``exclude`` is the smallest passing set seen, and it passed the verification).
         exclude: Nodes to keep out of INT8, in rank order (ModelOpt's ``nodes_to_exclude``).
         target: The target.
         value: The verified value of the final set (the best value seen when unreachable).
@@ -157,6 +181,11 @@ class FallbackPlan(Serializable):
     def n_evaluations(self) -> int:
         """Full evaluations made by the search (verification excluded)."""
         return sum(1 for e in self.evaluations if e.purpose != "verify")
+
+    @property
+    def phases(self) -> dict[Purpose, int]:
+        """Evaluations per phase (verification included), in the order the phases first occur."""
+        return phase_counts(self.evaluations)
 
     @property
     def tensorrt(self) -> TensorRTSettings:
@@ -227,5 +256,5 @@ def _profile_from(data: Any) -> dict[str, ShapeRange]:
             for name, seen in shapes.items() if len({len(s) for s in seen}) == 1}
 
 
-__all__ = ["STRATEGIES", "FallbackEvaluation", "FallbackPlan", "PlanStatus", "Purpose", "Strategy",
-           "TensorRTSettings"]
+__all__ = ["PLAN_STATUSES", "PURPOSES", "STRATEGIES", "FallbackEvaluation", "FallbackPlan", "PlanStatus",
+           "Purpose", "Strategy", "TensorRTSettings", "phase_counts"]

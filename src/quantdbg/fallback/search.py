@@ -1,87 +1,51 @@
 """Search for the smallest set of layers to keep out of INT8 (FP16 fallback).
 
-:func:`search_fallback` walks a sensitivity ranking: it gallops over ranked prefixes (1, 2, 4, ...
-nodes) until the target holds, bisects between the last failing and the first passing prefix,
-then greedily drops nodes from the set while the target still holds. Every call of the user's
-``evaluate`` is a *full evaluation* and is counted; results that follow from monotonicity (a
-subset of a failing set fails, a superset of a passing set passes) are never re-evaluated. The
-default budget is ``floor(2 log2(L) + 2)`` evaluations for ``L`` ranked layers, plus one
-verification of the final set (by default on the real mixed-precision model).
+Every call of the user's ``evaluate`` is a *full evaluation*: it is counted, logged with its phase
+(``search``, ``group``, ``prune``; the final ``verify`` is not counted), and never made when
+monotonicity already decides it (a subset of a failing set fails, a superset of a passing set
+passes). Three strategies:
+
+* ``"auto"`` (default) does not trust the ranking. It gallops over the ranked prefixes 1, 2, 4, ...
+  only up to a share ``s`` of the ``L`` layers (default 25 %, ``S = ceil(s * L)``); when none meets
+  the target it evaluates every layer out of INT8 once (if even that misses, the target is
+  unreachable) and then finds an irreducible set by adaptive group testing (QuickXplain) over the
+  candidates, most sensitive first (:mod:`quantdbg.fallback.group`). When ``k`` layers must leave
+  INT8 it needs at most ``ceil(log2(S)) + 1 + 1 + 2k * ceil(log2(L / k)) + 2k`` evaluations,
+  wherever the ``k`` sit in the ranking (:mod:`quantdbg.fallback.budget`). Its default budget is
+  that bound for ``k = max(4, ceil(L / 10))``; when the budget runs out, the smallest passing set
+  seen is the answer (status ``"budget_exhausted"``, with numbers). It walks the report's fused
+  ranking (mode and output-space rankings, :attr:`~quantdbg.sensitivity.SensitivityReport.
+  fused_ranking`).
+* ``"bisect"`` gallops over the ranked prefixes until the target holds, bisects, then greedily
+  prunes (:mod:`quantdbg.fallback.ranked`); budget ``floor(2 log2(L) + 2)``. It walks the mode's
+  ranking.
+* ``"linear"``: the top-k baseline (prefixes 1, 2, 3, ..., no pruning).
+
+The final set is verified once more (by default on the real mixed-precision model).
 """
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
-from quantdbg.errors import ConfigError, check_choice
-from quantdbg.fallback.plan import STRATEGIES, FallbackEvaluation, FallbackPlan, PlanStatus, Purpose, Strategy
+from quantdbg.errors import ConfigError
+from quantdbg.fallback.config import SearchConfig
+from quantdbg.fallback.group import gallop, quickxplain
+from quantdbg.fallback.ledger import BudgetExhausted, Ledger
+from quantdbg.fallback.plan import FallbackPlan, PlanStatus, Strategy, phase_counts
+from quantdbg.fallback.ranked import prune, smallest_prefix
 from quantdbg.fallback.target import FallbackTarget
 from quantdbg.sensitivity import SensitivityReport
 
-logger = logging.getLogger(__name__)
+Score = Callable[[frozenset[str]], float]
+"""``score(exclude) -> value``: the metric with the ``exclude`` layers kept out of INT8."""
 
 
-def default_budget(n_layers: int) -> int:
-    """``floor(2 log2(L) + 2)`` full evaluations for ``L`` ranked layers (2 for L <= 1)."""
-    return int(math.floor(2 * math.log2(n_layers) + 2)) if n_layers > 1 else 2
-
-
-class _BudgetExhausted(Exception):
-    pass
-
-
-@dataclass
-class _Search:
-    """Evaluation bookkeeping: cache, monotone inference, budget."""
-
-    evaluate: Callable[[frozenset[str]], float]
-    target: FallbackTarget
-    order: Mapping[str, int]
-    budget: int
-    log: list[FallbackEvaluation] = field(default_factory=list)
-    passing: list[frozenset[str]] = field(default_factory=list)
-    failing: list[frozenset[str]] = field(default_factory=list)
-
-    @property
-    def n_search(self) -> int:
-        return sum(1 for e in self.log if e.purpose != "verify")
-
-    def known(self, exclude: frozenset[str]) -> bool | None:
-        if any(p <= exclude for p in self.passing):
-            return True
-        if any(exclude <= f for f in self.failing):
-            return False
-        return None
-
-    def met(self, exclude: frozenset[str], purpose: Purpose) -> bool:
-        known = self.known(exclude)
-        if known is not None:
-            return known
-        if self.n_search >= self.budget:
-            raise _BudgetExhausted
-        value = float(self.evaluate(exclude))
-        ok = self.target.is_met(value)
-        (self.passing if ok else self.failing).append(exclude)
-        self.log.append(FallbackEvaluation(self.ranked(exclude), value, ok, purpose))
-        logger.info("fallback: %d node(s) kept out of INT8 -> %.6g (%s)", len(exclude), value,
-                    "met" if ok else "missed")
-        return ok
-
-    def ranked(self, names: Iterable[str]) -> tuple[str, ...]:
-        return tuple(sorted(names, key=self.order.__getitem__))
-
-    def best(self) -> FallbackEvaluation | None:
-        best = None
-        for e in self.log:
-            if best is None or self.target.better(e.value, best.value):
-                best = e
-        return best
-
-
-def _ranking_names(ranking: SensitivityReport | Sequence[str]) -> tuple[str, ...]:
-    names = tuple(ranking) if isinstance(ranking, Sequence) else tuple(ranking.ranking)
+def _ranking_names(ranking: SensitivityReport | Sequence[str], strategy: Strategy) -> tuple[str, ...]:
+    if isinstance(ranking, Sequence):
+        names = tuple(ranking)
+    else:
+        names = ranking.fused_ranking if strategy == "auto" else ranking.ranking
     if not names:
         raise ConfigError("The ranking is empty: there are no quantized layers to fall back.")
     if len(set(names)) != len(names):
@@ -91,117 +55,135 @@ def _ranking_names(ranking: SensitivityReport | Sequence[str]) -> tuple[str, ...
     return names
 
 
-def _smallest_prefix(search: _Search, names: tuple[str, ...], strategy: Strategy) -> int | None:
-    """Length of the shortest passing prefix (assuming monotonicity), or None when none passes."""
-    total = len(names)
-    prefix = lambda k: frozenset(names[:k])  # noqa: E731
-    if strategy == "linear":
-        for k in range(1, total + 1):
-            if search.met(prefix(k), "search"):
-                return 0 if k == 1 and search.met(prefix(0), "search") else k
-        return None
-    lo, k = 0, 1  # prefix(lo) is not known to pass; gallop 1, 2, 4, ... then bisect
-    while not search.met(prefix(k), "search"):
-        if k == total:
-            return None
-        lo, k = k, min(2 * k, total)
-    hi = k
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if search.met(prefix(mid), "search"):
-            hi = mid
-        else:
-            lo = mid
-    if hi == 1 and search.met(prefix(0), "search"):
-        return 0
-    return hi
+def _config(strategy: Strategy | SearchConfig, max_evaluations: int | None) -> SearchConfig:
+    if isinstance(strategy, SearchConfig):
+        if max_evaluations is not None:
+            raise ConfigError("Give the budget once: in the SearchConfig (max_evaluations=...) or as "
+                              "max_evaluations, not both.")
+        return strategy
+    if max_evaluations is not None and max_evaluations < 1:
+        raise ConfigError(f"max_evaluations must be >= 1, got {max_evaluations}.")
+    return SearchConfig(strategy, None if max_evaluations is None else int(max_evaluations))
 
 
-def _prune(search: _Search, chosen: frozenset[str]) -> tuple[frozenset[str], bool]:
-    """Greedy pruning, least sensitive node first; returns the set and whether it is 1-minimal."""
-    for node in sorted(chosen, key=search.order.__getitem__, reverse=True):
-        try:
-            if search.met(chosen - {node}, "prune"):
-                chosen = chosen - {node}
-        except _BudgetExhausted:
-            return chosen, all(search.known(chosen - {n}) is False for n in chosen)
-    return chosen, True
-
-
-def search_fallback(ranking: SensitivityReport | Sequence[str],
-                    evaluate: Callable[[frozenset[str]], float], target: FallbackTarget,
-                    strategy: Strategy = "bisect", *, max_evaluations: int | None = None,
-                    verify: Callable[[frozenset[str]], float] | None = None) -> FallbackPlan:
+def search_fallback(ranking: SensitivityReport | Sequence[str], evaluate: Score, target: FallbackTarget,
+                    strategy: Strategy | SearchConfig = "auto", *, max_evaluations: int | None = None,
+                    verify: Score | None = None) -> FallbackPlan:
     """Finds a small set of layers whose fallback out of INT8 meets ``target``.
 
     Args:
-        ranking: A :class:`~quantdbg.sensitivity.SensitivityReport` or node names, most
-            sensitive first.
+        ranking: A :class:`~quantdbg.sensitivity.SensitivityReport` (``"auto"`` walks its fused
+            ranking, the others its mode's ranking) or node names, most sensitive first.
         evaluate: ``evaluate(exclude) -> value``: the metric of the model with the ``exclude``
             nodes kept out of INT8 and every other ranked node quantized (a full evaluation).
             Assumed monotone: excluding more never hurts.
         target: What must hold (its ``kind`` says how ``value`` is read).
-        strategy: ``"bisect"`` (gallop + bisection over ranked prefixes, then greedy pruning) or
-            ``"linear"`` (the top-k baseline: prefixes 1, 2, 3, ..., no pruning).
-        max_evaluations: Budget of search evaluations (default :func:`default_budget`).
+        strategy: ``"auto"``, ``"bisect"`` or ``"linear"`` (module docstring), or a
+            :class:`~quantdbg.fallback.config.SearchConfig` with the strategy's settings.
+        max_evaluations: Budget of search evaluations (default: the strategy's,
+            :func:`~quantdbg.fallback.budget.default_budget`).
         verify: Scores the final set once more, e.g. on the real mixed-precision model (default:
             ``evaluate`` again).
 
     Returns:
         The plan (status ``"unreachable"`` with the best value seen when even the whole ranking
-        out of INT8 misses the target).
+        out of INT8 misses the target; ``"budget_exhausted"`` with the smallest passing set seen
+        when ``"auto"`` ran out of budget before that set was minimal).
 
     Raises:
-        ConfigError: Empty or duplicated ranking, unknown strategy, a budget < 1, or a
-            relative-loss target without its reference.
+        ConfigError: Empty or duplicated ranking, unknown strategy, a budget < 1 (or given twice),
+            or a relative-loss target without its reference.
     """
-    names = _ranking_names(ranking)
-    check_choice("fallback strategy", strategy, STRATEGIES)
+    config = _config(strategy, max_evaluations)
+    names = _ranking_names(ranking, config.strategy)
     if target.kind == "relative_loss" and target.reference is None:
         target.relative_loss(0.0)  # raises the ConfigError that explains the missing reference
-    budget = default_budget(len(names)) if max_evaluations is None else int(max_evaluations)
-    if budget < 1:
-        raise ConfigError(f"max_evaluations must be >= 1, got {max_evaluations}.")
-    search = _Search(evaluate, target, {n: i for i, n in enumerate(names)}, budget)
+    ledger = Ledger(evaluate, target, {n: i for i, n in enumerate(names)}, config.budget(len(names)),
+                    marking=config.strategy == "auto")
+    if config.strategy == "auto":
+        return _auto(ledger, names, config, verify or evaluate)
     try:
-        k = _smallest_prefix(search, names, strategy)
-    except _BudgetExhausted:
+        k = smallest_prefix(ledger, names, config.strategy)
+    except BudgetExhausted:
         k = None
     if k is None:
-        return _unreachable(search, names, strategy)
+        return _unreachable(ledger, names, config.strategy)
     chosen, minimal = frozenset(names[:k]), False
-    if strategy == "bisect":
-        chosen, minimal = _prune(search, chosen)
-    return _verified(search, names, chosen, minimal, strategy, verify or evaluate)
+    if config.strategy == "bisect":
+        chosen, minimal = prune(ledger, chosen)
+    return _verified(ledger, names, chosen, minimal, config.strategy, verify or evaluate)
 
 
-def _unreachable(search: _Search, names: tuple[str, ...], strategy: Strategy) -> FallbackPlan:
-    best = search.best()
+def _auto(ledger: Ledger, names: tuple[str, ...], config: SearchConfig, verify: Score) -> FallbackPlan:
+    """Gallop up to the share, else every layer out of INT8; then group testing (module docstring)."""
+    try:
+        size = gallop(ledger, names, config)
+        if size == 1:  # the top layer alone meets the target: perhaps INT8 already does
+            chosen = frozenset() if ledger.met(frozenset(), "search") else frozenset(names[:1])
+            return _verified(ledger, names, chosen, True, "auto", verify)
+        if size is None and not ledger.met(frozenset(names), "search"):
+            return _unreachable(ledger, names, "auto")
+        chosen = quickxplain(ledger, names[:size])
+    except BudgetExhausted:
+        return _exhausted(ledger, names, verify)
+    minimal = all(ledger.known(chosen - {n}) is False for n in chosen)
+    return _verified(ledger, names, chosen, minimal, "auto", verify)
+
+
+def _exhausted(ledger: Ledger, names: tuple[str, ...], verify: Score) -> FallbackPlan:
+    """The budget ran out: the smallest passing set seen (unreachable when none passed)."""
+    passing = ledger.smallest_passing()
+    if passing is None:
+        return _unreachable(ledger, names, "auto")
+    smaller = [len(f) for f in ledger.failing if len(f) < len(passing)]
+    value = ledger.value(passing)
+    note = (f"The budget of {ledger.budget} evaluations ran out before the set was minimal: no evaluated set "
+            f"of <= {max(smaller, default=0)} layers met {ledger.target.describe()}; best: {len(passing)} "
+            f"layers -> {math.nan if value is None else value:.6g}.")
+    return _verified(ledger, names, passing, False, "auto", verify, note=note, status="budget_exhausted")
+
+
+def _unreachable(ledger: Ledger, names: tuple[str, ...], strategy: Strategy) -> FallbackPlan:
+    best = ledger.best()
     value = math.nan if best is None else best.value
     exclude = names if best is None else best.exclude
-    exhausted = not any(e.exclude == names for e in search.log)
-    why = (f"the budget of {search.budget} evaluations ran out before any prefix met the target"
+    exhausted = not any(e.exclude == names for e in ledger.log)
+    tried = "set" if strategy == "auto" else "prefix"
+    why = (f"the budget of {ledger.budget} evaluations ran out before any {tried} met the target"
            if exhausted else f"even all {len(names)} ranked nodes out of INT8 miss it")
-    message = f"Target {search.target.describe()} is unreachable: {why}; best achieved {value:.6g} " \
+    message = f"Target {ledger.target.describe()} is unreachable: {why}; best achieved {value:.6g} " \
               f"with {len(exclude)} node(s) out of INT8."
-    return FallbackPlan("unreachable", exclude, search.target, value, strategy, names, tuple(search.log),
-                        search.budget, False, message=message)
+    return FallbackPlan("unreachable", exclude, ledger.target, value, strategy, names, tuple(ledger.log),
+                        ledger.budget, False, message=message)
 
 
-def _verified(search: _Search, names: tuple[str, ...], chosen: frozenset[str], minimal: bool,
-              strategy: Strategy, verify: Callable[[frozenset[str]], float]) -> FallbackPlan:
+def _counts(ledger: Ledger, strategy: Strategy) -> str:
+    phases = phase_counts(ledger.log)
+    if strategy != "auto" or not phases:
+        return f"{ledger.n_search} evaluations"
+    return " + ".join(f"{n} {phase}" for phase, n in phases.items()) + " evaluations"
+
+
+def _verified(ledger: Ledger, names: tuple[str, ...], chosen: frozenset[str], minimal: bool,
+              strategy: Strategy, verify: Score, *, note: str = "",
+              status: PlanStatus = "met") -> FallbackPlan:
+    counts = _counts(ledger, strategy)
     value = float(verify(chosen))
-    ok = search.target.is_met(value)
-    exclude = search.ranked(chosen)
-    search.log.append(FallbackEvaluation(exclude, value, ok, "verify"))
-    status: PlanStatus = "met" if ok else "verification_failed"
-    message = (f"{len(exclude)} of {len(names)} node(s) out of INT8 meet {search.target.describe()} "
-               f"(verified value {value:.6g}, {search.n_search} evaluations + 1 verification)."
-               if ok else f"The search's set of {len(exclude)} node(s) passed, but the verification run gave "
-               f"{value:.6g}, which misses {search.target.describe()}; the evaluation used in the search "
-               "differs from the verified model (e.g. FP16 vs FP32 fallback): add margin to the target.")
-    return FallbackPlan(status, exclude, search.target, value, strategy, names, tuple(search.log),
-                        search.budget, minimal, message=message)
+    ok = ledger.target.is_met(value)
+    exclude = ledger.ranked(chosen)
+    ledger.log.append(ledger.verification(exclude, value, ok))
+    if not ok:
+        status = "verification_failed"
+        message = (f"The search's set of {len(exclude)} node(s) passed, but the verification run gave "
+                   f"{value:.6g}, which misses {ledger.target.describe()}; the evaluation used in the search "
+                   "differs from the verified model (e.g. FP16 vs FP32 fallback): add margin to the target.")
+    elif status == "budget_exhausted":
+        message = f"{note} Verified value {value:.6g} ({counts} + 1 verification)."
+    else:
+        message = (f"{len(exclude)} of {len(names)} node(s) out of INT8 meet {ledger.target.describe()} "
+                   f"(verified value {value:.6g}, {counts} + 1 verification).{note}")
+    return FallbackPlan(status, exclude, ledger.target, value, strategy, names, tuple(ledger.log),
+                        ledger.budget, minimal, message=message)
 
 
-__all__ = ["default_budget", "search_fallback"]
+__all__ = ["Score", "search_fallback"]

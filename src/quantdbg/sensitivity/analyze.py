@@ -1,9 +1,11 @@
 """Per-layer sensitivity analysis of a Q/DQ model against its FP32 original.
 
 :func:`analyze_sensitivity` builds a :class:`~quantdbg.sensitivity.evaluator.VariantEvaluator`,
-runs the mode (:mod:`quantdbg.sensitivity.modes`), adds the evidence and ranks the layers into a
-:class:`~quantdbg.sensitivity.report.SensitivityReport`. With ``results_path`` the sweep resumes
-from where an interrupted run stopped (:mod:`quantdbg.sensitivity.resume`).
+runs the mode (:mod:`quantdbg.sensitivity.modes`), adds the evidence and, for the modes that rank
+by a layer's own error, the output-space ranking (:mod:`quantdbg.sensitivity.output_space`), and
+ranks the layers into a :class:`~quantdbg.sensitivity.report.SensitivityReport`. With
+``results_path`` the sweep resumes from where an interrupted run stopped
+(:mod:`quantdbg.sensitivity.resume`).
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ from quantdbg.data import DataSource
 from quantdbg.evaluation import MetricName, TaskMetric
 from quantdbg.model import ModelSource
 from quantdbg.qdq import QuantizedModel
-from quantdbg.sensitivity.config import SensitivityConfig
+from quantdbg.sensitivity.config import OUTPUT_SPACE_MODES, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, default_runner_factory
 from quantdbg.sensitivity.evidence import collect_evidence
 from quantdbg.sensitivity.modes import measure
+from quantdbg.sensitivity.output_space import measure_output_space
 from quantdbg.sensitivity.report import SensitivityReport
 from quantdbg.sensitivity.resume import ResultsFile
 
@@ -62,21 +65,33 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         found = measure(evaluator, config, state)
         if config.evidence:
             found.evidence = collect_evidence(evaluator, config)
+        if _wants_output_space(config):
+            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress)
         report = found.report(evaluator, config.mode, time.perf_counter() - start, fingerprint)
     if config.results_path is not None:
         report.write(config.results_path)
     return report
 
 
+def _wants_output_space(config: SensitivityConfig) -> bool:
+    return config.output_samples > 0 and config.mode in OUTPUT_SPACE_MODES
+
+
 def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
               report: SensitivityReport) -> SensitivityReport:
-    """A report finished earlier, with the evidence added when asked for and missing (evidence is not
-    part of the fingerprint)."""
-    if not config.evidence or all(layer.evidence is not None for layer in report.layers):
+    """A report finished earlier, with the evidence and the output-space ranking added when asked for
+    and missing (neither is part of the fingerprint)."""
+    missing_evidence = config.evidence and any(layer.evidence is None for layer in report.layers)
+    missing_output = _wants_output_space(config) and report.output_space is None
+    if not (missing_evidence or missing_output):
         return report
-    found = collect_evidence(evaluator, config)
-    layers = tuple(replace(layer, evidence=found[layer.node]) for layer in report.layers)
-    report = replace(report, layers=layers)
+    if missing_evidence:
+        found = collect_evidence(evaluator, config)
+        layers = tuple(replace(layer, evidence=found[layer.node]) for layer in report.layers)
+        report = replace(report, layers=layers)
+    if missing_output:
+        report = replace(report, output_space=measure_output_space(evaluator, config.output_samples,
+                                                                   config.progress))
     report.write(config.results_path)  # type: ignore[arg-type]
     return report
 

@@ -29,6 +29,14 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 EVIDENCE_BATCHES = 2
 """Default batches of the analysis data the calibrator comparison runs on (it needs no full pass)."""
 
+OUTPUT_SAMPLES = 64
+"""Default samples of the analysis data (its first batches holding them) each output-space variant
+runs on."""
+
+OUTPUT_SPACE_MODES: tuple[Mode, ...] = ("local", "cumulative")
+"""Modes that rank by a layer's own error and so get the output-space ranking beside theirs
+(isolated / leave-one-out already rank by the model's outputs)."""
+
 
 @dataclass(frozen=True)
 class SensitivityConfig(Serializable):
@@ -44,9 +52,13 @@ class SensitivityConfig(Serializable):
         results_path: JSON file holding the sweep's progress and then the report; a sweep
             interrupted earlier resumes from it (it must belong to the same models, data, mode and
             metric). None: nothing is written.
+        output_samples: Local / cumulative modes: each layer's isolated variant runs on the first
+            batches of the data holding at least this many samples, for the output-space ranking
+            (one short pass per layer; 0: no output-space ranking; more than the data holds: every
+            sample). Counted in samples, so a model fed one sample at a time gets as many.
 
     Raises:
-        ConfigError: Unknown mode, or ``jobs`` / ``evidence_batches`` below 1.
+        ConfigError: Unknown mode, ``jobs`` / ``evidence_batches`` below 1, or ``output_samples`` below 0.
     """
 
     mode: Mode = "local"
@@ -55,6 +67,7 @@ class SensitivityConfig(Serializable):
     evidence_batches: int = EVIDENCE_BATCHES
     progress: bool = False
     results_path: Path | None = None
+    output_samples: int = OUTPUT_SAMPLES
 
     def __post_init__(self) -> None:
         check_choice("sensitivity mode", self.mode, MODES)
@@ -62,8 +75,11 @@ class SensitivityConfig(Serializable):
             raise ConfigError(f"jobs must be >= 1, got {self.jobs}.")
         if self.evidence_batches < 1:
             raise ConfigError(f"evidence_batches must be >= 1, got {self.evidence_batches}.")
+        if self.output_samples < 0:
+            raise ConfigError(f"output_samples must be >= 0 (0: no output-space ranking), got "
+                              f"{self.output_samples}.")
         if self.results_path is not None:
             object.__setattr__(self, "results_path", Path(self.results_path))
 
 
-__all__ = ["EVIDENCE_BATCHES", "MODES", "Mode", "SensitivityConfig"]
+__all__ = ["EVIDENCE_BATCHES", "MODES", "OUTPUT_SAMPLES", "OUTPUT_SPACE_MODES", "Mode", "SensitivityConfig"]

@@ -7,6 +7,7 @@ fallback search share this evaluator.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -90,6 +91,7 @@ class VariantEvaluator:
         self._switch: SwitchGraph | None = None
         self._runner: Runner | None = None
         self._reference: list[dict[str, np.ndarray]] | None = None
+        self._head: list[dict[str, np.ndarray]] | None = None
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -109,14 +111,24 @@ class VariantEvaluator:
             self._reference = self._run_all(self.fp_model, {})
         return self._reference
 
-    def _run_all(self, model: onnx.ModelProto, extra: Mapping[str, np.ndarray],
-                 runner: Runner | None = None) -> list[dict[str, np.ndarray]]:
+    def head_reference(self, batches: int) -> list[dict[str, np.ndarray]]:
+        """FP32 outputs of the first ``batches`` batches (from the full reference once it exists,
+        else one short pass, cached; a short pass is not counted in :attr:`n_passes`)."""
+        if self._reference is not None:
+            return self._reference[:batches]
+        if self._head is None or len(self._head) < batches:
+            self._head = self._run_all(self.fp_model, {}, batches=batches)
+        return self._head[:batches]
+
+    def _run_all(self, model: onnx.ModelProto, extra: Mapping[str, np.ndarray], runner: Runner | None = None,
+                 batches: int | None = None) -> list[dict[str, np.ndarray]]:
         own = runner is None
         runner = runner or self.runner_factory(model)
         try:
             runner.activate()
-            self.n_passes += 1
-            return [runner.infer({**feed, **extra}) for feed in self.data]
+            if batches is None:
+                self.n_passes += 1
+            return [runner.infer({**feed, **extra}) for feed in itertools.islice(self.data, batches)]
         finally:
             if own:
                 runner.deactivate()
@@ -142,18 +154,34 @@ class VariantEvaluator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def score(self, outputs: list[dict[str, np.ndarray]]) -> VariantResult:
-        """Scores a variant's per-batch outputs against the FP32 reference."""
-        reference = self.reference()
+    def score(self, outputs: list[dict[str, np.ndarray]], metric: TaskMetric | None = None,
+              reference: list[dict[str, np.ndarray]] | None = None) -> VariantResult:
+        """Scores a variant's per-batch outputs against the FP32 reference.
+
+        Args:
+            outputs: The variant's outputs, per batch.
+            metric: The task metric (default: the evaluator's).
+            reference: The FP32 outputs of the same batches (default: the full reference).
+
+        Returns:
+            The output comparison and the metric's value.
+        """
+        metric = metric or self.metric
+        reference = self.reference() if reference is None else reference
         acc = MetricAccumulator()
         for ref, out in zip(reference, outputs, strict=True):
             acc.update(ref, out)
         comparison = acc.result()
-        if isinstance(self.metric, OutputMetric) and self.metric.output is None:
-            value = comparison.total.value(self.metric.metric)
+        if isinstance(metric, OutputMetric) and metric.output is None:
+            value = comparison.total.value(metric.metric)
         else:
-            value = self.metric.from_outputs(concat_batches(outputs), concat_batches(reference))
+            value = metric.from_outputs(concat_batches(outputs), concat_batches(reference))
         return VariantResult(comparison, float(value))
+
+    def _check_quantized(self, quantized: Collection[str]) -> None:
+        unknown_layers = set(quantized) - set(self.layers)
+        if unknown_layers:
+            raise unknown("quantized layer", sorted(unknown_layers)[0], self.layers)
 
     def run(self, quantized: Collection[str]) -> VariantResult:
         """Evaluates the variant with exactly the layers in ``quantized`` in INT8.
@@ -161,14 +189,24 @@ class VariantEvaluator:
         Raises:
             ModelError: A name is not a quantized layer.
         """
-        unknown_layers = set(quantized) - set(self.layers)
-        if unknown_layers:
-            raise unknown("quantized layer", sorted(unknown_layers)[0], self.layers)
+        self._check_quantized(quantized)
         if self.metric.needs_model:
             return VariantResult(None, self.metric.evaluate_model(self.variant_model(quantized)))
         self.reference()
-        outputs = self._run_all(self.switch.model, self.switch.feed(quantized), self._switch_runner())
-        return self.score(outputs)
+        return self.score(self.outputs(quantized))
+
+    def outputs(self, quantized: Collection[str], batches: int | None = None) -> list[dict[str, np.ndarray]]:
+        """The switchable graph's outputs per batch with exactly ``quantized`` in INT8.
+
+        Args:
+            quantized: The layers in INT8.
+            batches: Only the first ``batches`` batches (a short pass, not counted in :attr:`n_passes`).
+
+        Raises:
+            ModelError: A name is not a quantized layer.
+        """
+        self._check_quantized(quantized)
+        return self._run_all(self.switch.model, self.switch.feed(quantized), self._switch_runner(), batches)
 
     def variant_model(self, quantized: Collection[str],
                       precision: Precision = Precision.FP32) -> onnx.ModelProto:
@@ -206,7 +244,27 @@ class VariantEvaluator:
     @property
     def n_samples(self) -> int:
         """Samples in the evaluation data (axis 0 of the first input, summed over batches)."""
-        return sum(int(np.shape(next(iter(feed.values())))[0] or 1) for feed in self.data)
+        return self.samples()
+
+    def samples(self, batches: int | None = None) -> int:
+        """Samples in the first ``batches`` batches (None: every batch)."""
+        return sum(_feed_samples(feed) for feed in itertools.islice(self.data, batches))
+
+    def batches_holding(self, samples: int) -> int:
+        """The fewest first batches holding at least ``samples`` samples (every batch when the data
+        holds fewer)."""
+        batches = seen = 0
+        for feed in self.data:
+            batches += 1
+            seen += _feed_samples(feed)
+            if seen >= samples:
+                break
+        return batches
+
+
+def _feed_samples(feed: Mapping[str, np.ndarray]) -> int:
+    """Samples in a feed: axis 0 of its first input (1 for a scalar)."""
+    return int(np.shape(next(iter(feed.values())))[0] or 1)
 
 
 __all__ = ["VariantEvaluator", "VariantResult", "default_runner_factory"]

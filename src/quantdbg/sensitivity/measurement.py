@@ -9,6 +9,7 @@ from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import Mode
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 from quantdbg.sensitivity.evidence import LayerEvidence
+from quantdbg.sensitivity.output_space import OutputSpace
 from quantdbg.sensitivity.report import LayerSensitivity, QuantizedInput, SensitivityReport, TensorError
 
 
@@ -27,6 +28,7 @@ class Measurement:
         tensors: Cumulative mode: every compared tensor.
         metric_name: What ``value`` is.
         higher_is_better: Its direction.
+        output_space: The output-space ranking (filled in after the mode ran; None when not run).
     """
 
     score: dict[str, float]
@@ -39,6 +41,7 @@ class Measurement:
     tensors: tuple[TensorError, ...] = ()
     metric_name: str = "sqnr"
     higher_is_better: bool = True
+    output_space: OutputSpace | None = None
 
     def report(self, evaluator: VariantEvaluator, mode: Mode, seconds: float,
                fingerprint: str) -> SensitivityReport:
@@ -54,7 +57,7 @@ class Measurement:
             mode, self.metric_name, self.higher_is_better, layers,
             None if baseline is None else baseline.comparison, None if baseline is None else baseline.value,
             self.reference_value, self.tensors, evaluator.n_samples, evaluator.n_passes, round(seconds, 3),
-            fingerprint)
+            fingerprint, self.output_space)
 
 
 def _sortable(score: float) -> float:

@@ -5,7 +5,7 @@ A :class:`SensitivityReport` is the ``quantdbg.sensitivity/1`` document (``analy
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -16,6 +16,8 @@ from quantdbg.errors import check_choice, unknown
 from quantdbg.evaluation import Comparison, OutputMetrics
 from quantdbg.sensitivity.config import MODES, Mode
 from quantdbg.sensitivity.evidence import LayerEvidence
+from quantdbg.sensitivity.output_space import OutputSpace
+from quantdbg.sensitivity.ranks import RankAgreement, fuse_rankings, rank_agreement
 
 SCORE_MEANING: Mapping[str, str] = MappingProxyType({
     "isolated": "metric loss with only this layer quantized (-metric when higher is better)",
@@ -117,6 +119,9 @@ class SensitivityReport(Serializable):
         n_passes: Full passes over the evaluation data (FP32 reference included).
         seconds: Wall time of the analysis (this run; a resumed run counts only its own part).
         fingerprint: Hash of the models, data, mode and metric (for resuming).
+        output_space: Local / cumulative modes: each layer alone in INT8, scored on the model's
+            outputs (None when not run). With it the JSON form adds ``fused_ranking`` and
+            ``agreement`` (derived).
 
     Raises:
         ConfigError: Unknown mode.
@@ -134,17 +139,40 @@ class SensitivityReport(Serializable):
     n_passes: int = 0
     seconds: float = 0.0
     fingerprint: str = ""
+    output_space: OutputSpace | None = None
 
     def __post_init__(self) -> None:
         check_choice("sensitivity mode", self.mode, MODES)
 
-    def __json_extra__(self) -> dict[str, Any]:
-        return {"score_meaning": self.score_meaning, "ranking": self.ranking}
+    def __json_encode__(self) -> dict[str, Any]:
+        # Reports without an output-space ranking keep the form they had before it existed.
+        out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self)
+               if f.name != "output_space" or self.output_space is not None}
+        extra: dict[str, Any] = {"score_meaning": self.score_meaning, "ranking": self.ranking}
+        if self.output_space is not None:
+            extra.update(fused_ranking=self.fused_ranking, agreement=self.agreement)
+        return {**out, **_json.encode(extra)}
 
     @property
     def ranking(self) -> tuple[str, ...]:
-        """Node names, most sensitive first."""
+        """Node names, most sensitive first (by the mode's score)."""
         return tuple(layer.node for layer in self.layers)
+
+    @property
+    def fused_ranking(self) -> tuple[str, ...]:
+        """The ranking the fallback search walks: the reciprocal-rank fusion of :attr:`ranking` and
+        the output-space ranking (:func:`~quantdbg.sensitivity.ranks.fuse_rankings`), or
+        :attr:`ranking` when there is no output-space ranking."""
+        if self.output_space is None:
+            return self.ranking
+        return fuse_rankings(self.ranking, self.output_space.ranking)
+
+    @property
+    def agreement(self) -> RankAgreement | None:
+        """Where the mode's and the output-space rankings disagree (None without the latter)."""
+        if self.output_space is None:
+            return None
+        return rank_agreement(self.ranking, self.output_space.ranking)
 
     @property
     def score_meaning(self) -> str:

@@ -2,12 +2,26 @@
 build commands."""
 from __future__ import annotations
 
-from quantdbg.fallback import FallbackPlan
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from quantdbg.fallback import FallbackPlan, Purpose
 from quantdbg.report.plots import fallback_figure, png
 from quantdbg.report.sections.base import Plot, Section, Table
 
 SHOWN_NODES = 8
 """Excluded layers listed per evaluation row."""
+
+PHASE_MEANING: Mapping[Purpose, str] = MappingProxyType({
+    "search": "ranked prefixes", "group": "group testing", "prune": "greedy pruning",
+    "verify": "verification"})
+"""What each phase of the search (an evaluation's purpose) does."""
+
+
+def phases_paragraph(plan: FallbackPlan) -> str:
+    """E.g. ``Evaluations by phase: 4 search (ranked prefixes), 12 group (group testing), 1 verify ...``."""
+    counts = ", ".join(f"{n} {phase} ({PHASE_MEANING[phase]})" for phase, n in plan.phases.items())
+    return f"Evaluations by phase: {counts or 'none'}."
 
 
 def fallback_sections(plan: FallbackPlan) -> list[Section]:
@@ -16,7 +30,7 @@ def fallback_sections(plan: FallbackPlan) -> list[Section]:
                   f"Target: {plan.target.describe()}. Strategy {plan.strategy}: {plan.n_evaluations} "
                   f"evaluation(s) of a budget of {plan.budget}, plus the verification; set is "
                   f"{'1-minimal' if plan.minimal else 'not proven minimal'}; the layers kept out "
-                  f"of INT8 compute in {plan.precision.value}."]
+                  f"of INT8 compute in {plan.precision.value}.", phases_paragraph(plan)]
     rank = {node: i + 1 for i, node in enumerate(plan.ranking)}
     kept = Table(("node", "rank"), tuple((node, rank.get(node)) for node in plan.exclude), "fallback-exclude",
                  "Layers kept out of INT8.")

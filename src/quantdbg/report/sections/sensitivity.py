@@ -8,7 +8,7 @@ from quantdbg.config import TensorKind
 from quantdbg.diagnostics import Cell
 from quantdbg.report.plots import png, ranking_figure
 from quantdbg.report.sections.base import MAX_BARS, Plot, Section, Table, fmt
-from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity import LayerSensitivity, OutputSpace, RankAgreement, SensitivityReport
 
 WORST_TENSORS = 20
 """Intermediate tensors listed in the error-along-the-graph table."""
@@ -86,9 +86,44 @@ def sensitivity_sections(report: SensitivityReport, highlight: Sequence[str] = (
                "weights zeroed per-tensor", "weights zeroed (in use)", "outlier ratio", "best calibrator")
     sections = [Section(f"Sensitivity ranking ({report.mode})", _paragraphs(report),
                         (Table(columns, rows, "sensitivity-ranking", "Most sensitive first."),), (plot,))]
+    if report.output_space is not None and report.agreement is not None:
+        sections.append(_agreement_section(report, report.output_space, report.agreement))
     if report.tensors:
         sections.append(_cumulative_section(report))
     return sections
+
+
+def _agreement_paragraphs(report: SensitivityReport, space: OutputSpace,
+                          agreement: RankAgreement) -> tuple[str, ...]:
+    k, mode = agreement.top_k, report.mode
+    first = (f"Output space: each layer alone in INT8 on the first {space.n_batches} batch(es) "
+             f"({space.n_samples} sample(s)), scored by {space.metric}. Spearman rank correlation with the "
+             f"{mode} ranking: {agreement.spearman:.2f}.")
+    if agreement.only_mode or agreement.only_output:
+        second = (f"The rankings disagree on their top {k}: only in the {mode} top {k}: "
+                  f"{', '.join(agreement.only_mode)}; only in the output-space top {k}: "
+                  f"{', '.join(agreement.only_output)}.")
+    else:
+        second = f"Both rankings put the same {k} layer(s) on top."
+    return first, second, ("The fallback search walks the fused ranking (reciprocal-rank fusion of "
+                           "both), so the top layers of either are tried first.")
+
+
+def _agreement_section(report: SensitivityReport, space: OutputSpace, agreement: RankAgreement) -> Section:
+    """Where the mode's ranking and the output-space ranking disagree, and the fused ranking."""
+    mode_rank = {node: i + 1 for i, node in enumerate(report.ranking)}
+    space_rank = {node: i + 1 for i, node in enumerate(space.ranking)}
+    only = {**{n: report.mode for n in agreement.only_mode},
+            **{n: "output space" for n in agreement.only_output}}
+    rows = tuple((i + 1, node, report.layer(node).op_type, mode_rank[node], space_rank[node],
+                  space.values[node], space.sqnr_db[node], only.get(node, ""))
+                 for i, node in enumerate(report.fused_ranking))
+    columns = ("fused rank", "node", "op", f"{report.mode} rank", "output-space rank",
+               f"{space.metric} with only this layer in INT8", "output SQNR (dB)",
+               f"only in the top {agreement.top_k} of")
+    table = Table(columns, rows, "sensitivity-agreement", "In the order the fallback search walks.")
+    return Section(f"{report.mode.capitalize()} vs output-space ranking",
+                   _agreement_paragraphs(report, space, agreement), (table,), level=3)
 
 
 def _cumulative_section(report: SensitivityReport) -> Section:

@@ -1,0 +1,98 @@
+"""How the fallback search walks the layers (SearchConfig) and how the automatic flow ranks and searches
+(FallbackConfig)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from quantdbg._json import Serializable
+from quantdbg.config import Precision
+from quantdbg.errors import ConfigError, check_choice
+from quantdbg.fallback.budget import GALLOP_SHARE, default_budget
+from quantdbg.fallback.plan import STRATEGIES, Strategy
+from quantdbg.sensitivity import SensitivityConfig
+
+
+def _check_search(strategy: str, max_evaluations: int | None, gallop_share: float,
+                  patience: int | None) -> None:
+    check_choice("fallback strategy", strategy, STRATEGIES)
+    if max_evaluations is not None and max_evaluations < 1:
+        raise ConfigError(f"max_evaluations must be >= 1 or None, got {max_evaluations}.")
+    if not (math.isfinite(gallop_share) and 0.0 < gallop_share <= 1.0):
+        raise ConfigError(f"gallop_share is the share of the layers the gallop may keep out of INT8, in "
+                          f"(0, 1]; got {gallop_share}.")
+    if patience is not None and patience < 1:
+        raise ConfigError(f"patience must be >= 1 or None (walk every prefix up to the share), got "
+                          f"{patience}.")
+
+
+@dataclass(frozen=True)
+class SearchConfig(Serializable):
+    """How :func:`~quantdbg.fallback.search.search_fallback` walks the layers.
+
+    Attributes:
+        strategy: ``"auto"`` (ranked gallop up to ``gallop_share`` of the layers, then group
+            testing that does not trust the ranking), ``"bisect"`` (gallop + bisection over ranked
+            prefixes, then greedy pruning) or ``"linear"`` (prefixes 1, 2, 3, ..., no pruning).
+        max_evaluations: Budget of search evaluations (None: :func:`~quantdbg.fallback.budget.
+            default_budget` of the strategy).
+        gallop_share: ``"auto"``: the largest ranked prefix tried, as a share of the layers.
+        patience: ``"auto"``: leave the gallop after this many prefixes in a row that do not improve
+            on the best earlier prefix's value (None: walk every prefix up to the share).
+
+    Raises:
+        ConfigError: Unknown strategy, a budget below 1, a share outside (0, 1] or a patience below 1.
+    """
+
+    strategy: Strategy = "auto"
+    max_evaluations: int | None = None
+    gallop_share: float = GALLOP_SHARE
+    patience: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_search(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
+
+    def budget(self, n_layers: int) -> int:
+        """``max_evaluations``, or the strategy's default budget for ``n_layers`` ranked layers."""
+        if self.max_evaluations is not None:
+            return self.max_evaluations
+        return default_budget(n_layers, self.strategy, self.gallop_share)
+
+
+@dataclass(frozen=True)
+class FallbackConfig(Serializable):
+    """How :func:`~quantdbg.fallback.auto.auto_fallback` ranks and searches.
+
+    Attributes:
+        sensitivity: How the layers are ranked when no report is given (``mode="local"`` costs
+            about two FP32 passes plus the output-space ranking's short passes;
+            ``"isolated"``/``"leave-one-out"`` one pass per layer but rank by the task metric),
+            and whether progress bars show.
+        strategy: Search strategy (see :class:`SearchConfig`).
+        precision: What the layers kept out of INT8 compute in: FP16 (TensorRT) or FP32 (CPU backends).
+        max_evaluations: Search budget (None: the strategy's default budget).
+        gallop_share: ``"auto"``: the largest ranked prefix tried, as a share of the layers.
+        patience: ``"auto"``: leave the gallop after this many prefixes in a row without improvement.
+
+    Raises:
+        ConfigError: Unknown strategy, a budget below 1, a share outside (0, 1] or a patience below 1.
+    """
+
+    sensitivity: SensitivityConfig = field(default_factory=SensitivityConfig)
+    strategy: Strategy = "auto"
+    precision: Precision = Precision.FP16
+    max_evaluations: int | None = None
+    gallop_share: float = GALLOP_SHARE
+    patience: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_search(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
+        object.__setattr__(self, "precision", Precision(self.precision))
+
+    @property
+    def search(self) -> SearchConfig:
+        """The search settings."""
+        return SearchConfig(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
+
+
+__all__ = ["FallbackConfig", "SearchConfig"]
