@@ -28,18 +28,35 @@ from quantdbg.auto.config import (
     Repair,
     SmoothQuantRepairConfig,
 )
+from quantdbg.auto.context import AutoContext, Stage
 from quantdbg.auto.flow import run_auto
-from quantdbg.auto.journal import AutoProgress
+from quantdbg.auto.journal import (
+    AutoProgress,
+    EvaluationRecord,
+    Journal,
+    JournaledEvaluator,
+    JournaledMetric,
+    fingerprint,
+    model_key,
+)
 from quantdbg.auto.recipe import AutoRecipe, apply_recipe, read_recipe
 from quantdbg.auto.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
-from quantdbg.auto.repairs import REPAIR_PASSES, CalibratorRepair, Proposal, RepairPass, SmoothQuantRepair
+from quantdbg.auto.repairs import (
+    REPAIR_PASSES,
+    CalibratorRepair,
+    Proposal,
+    RepairPass,
+    SmoothQuantRepair,
+    with_per_tensor,
+)
 from quantdbg.auto.result import AutoResult
 
-__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "REPAIR_PASSES", "AutoConfig", "AutoProgress",
-           "AutoRecipe", "AutoResult", "CalibratorRepair", "CalibratorRepairConfig", "ChannelRange",
-           "Outcome", "Phase", "Proposal", "Repair", "RepairPass", "RepairRecord", "SmoothQuantRepair",
-           "SmoothQuantRepairConfig", "SmoothingStep", "TensorChoice", "apply_recipe", "read_recipe",
-           "run_auto"]
+__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "REPAIR_PASSES", "AutoConfig", "AutoContext",
+           "AutoProgress", "AutoRecipe", "AutoResult", "CalibratorRepair", "CalibratorRepairConfig",
+           "ChannelRange", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric", "Outcome",
+           "Phase", "Proposal", "Repair", "RepairPass", "RepairRecord", "SmoothQuantRepair",
+           "SmoothQuantRepairConfig", "SmoothingStep", "Stage", "TensorChoice", "apply_recipe",
+           "fingerprint", "model_key", "read_recipe", "run_auto", "with_per_tensor"]
 
 
 class _CallableModule(types.ModuleType):

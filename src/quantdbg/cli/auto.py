@@ -113,8 +113,16 @@ def run(args: argparse.Namespace) -> int:
     config = _config(args, resume)
     model = as_loaded(args.model)
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
-    result = run_auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
-                      config=config)
+    existed = resume.exists()
+    try:
+        result = run_auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
+                          config=config)
+    except ConfigError:
+        # Settings that must change leave nothing to resume; other failures (a command that crashed,
+        # an interrupt) keep the progress for the rerun.
+        if args.resume is None and not existed and resume.exists():
+            os.unlink(resume)
+        raise
     assert result.model is not None  # a run always ends with a model
     result.model.save(args.out)
     result.write(args.plan)
