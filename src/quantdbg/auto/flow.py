@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from quantdbg.auto.config import AutoConfig, Outcome
 from quantdbg.auto.context import AutoContext, Stage
-from quantdbg.auto.journal import Journal, JournaledEvaluator, JournaledMetric, fingerprint
+from quantdbg.auto.journal import Journal, JournaledMetric, fingerprint
 from quantdbg.auto.recipe import AutoRecipe
 from quantdbg.auto.records import RepairRecord
 from quantdbg.auto.repairs import REPAIR_PASSES
@@ -32,6 +32,7 @@ from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_me
 from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
 from quantdbg.model import LoadedModel, ModelSource, as_loaded
 from quantdbg.qdq import QuantizedModel, remove_qdq
+from quantdbg.sensitivity import VariantEvaluator
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class _Flow:
             return self._result(outcome, stage, (*values, repaired), (), stage.qmodel, None)
         return self._fallback(stage, values)
 
-    def _baseline(self, scorer: JournaledEvaluator, base: Stage) -> tuple[float, float]:
+    def _baseline(self, scorer: VariantEvaluator, base: Stage) -> tuple[float, float]:
         """The FP32 and default INT8 task metric (the target gets its FP32 reference)."""
         with self.context.in_phase("reference"):
             fp32 = scorer.reference_value()
@@ -131,7 +132,7 @@ class _Flow:
             int8 = scorer.run_model(base.qmodel.model).value
         return fp32, int8
 
-    def _repair(self, scorer: JournaledEvaluator, stage: Stage, value: float) -> tuple[Stage, float]:
+    def _repair(self, scorer: VariantEvaluator, stage: Stage, value: float) -> tuple[Stage, float]:
         """Tries each repair in turn; keeps those that improve the task metric, until the target holds."""
         for name in self.config.repairs:
             if self.target.is_met(value):
@@ -161,7 +162,7 @@ class _Flow:
             outcome, exclude, final, model = self._within_limit(evaluator, stage, found, values[2])
         return self._result(outcome, stage, (*values, final), exclude, model, found)
 
-    def _within_limit(self, evaluator: JournaledEvaluator, stage: Stage, found: FallbackResult,
+    def _within_limit(self, evaluator: VariantEvaluator, stage: Stage, found: FallbackResult,
                       repaired: float) -> tuple[Outcome, tuple[str, ...], float, QuantizedModel]:
         """The search's set when small enough; else the best evaluated set within the limit, verified."""
         plan, limit = found.plan, self.config.fallback_limit(len(stage.qmodel.layers))
