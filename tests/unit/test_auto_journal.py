@@ -14,13 +14,15 @@ from quantdbg.auto import (
     Journal,
     JournaledEvaluator,
     JournaledMetric,
+    JournaledScores,
+    analysis_metric,
     fingerprint,
     model_key,
 )
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError, FormatError
-from quantdbg.evaluation import ModelFunction, OutputMetric
+from quantdbg.evaluation import ModelFunction, OutputFunction, OutputMetric, Top1Agreement
 from quantdbg.fallback import FallbackTarget
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import VariantEvaluator, VariantResult
@@ -135,3 +137,26 @@ def test_the_journaled_metric_evaluates_each_model_file_once(rng, tmp_path):
     assert metric.evaluate_model(qmodel.model) == 1.0
     assert metric.evaluate_model(qmodel.model) == 1.0 and len(seen) == 1
     assert metric.evaluate_model(model) == 2.0 and len(seen) == 2
+
+
+def test_scores_of_an_analysis_are_journaled_by_the_outputs_scored():
+    journal = Journal(None, "fp")
+    calls = []
+    inner = OutputFunction(lambda out, ref: calls.append(1) or float(out["y"].sum()), name="total")
+    scores = JournaledScores(inner, journal)
+    assert (scores.name, scores.higher_is_better, scores.needs_model) == ("total", True, False)
+    reference = {"y": np.zeros(3, np.float32)}
+    one, two = {"y": np.ones(3, np.float32)}, {"y": np.full(3, 2.0, np.float32)}
+    assert scores.from_outputs(one, reference) == 3.0 and scores.from_outputs(two, reference) == 6.0
+    assert scores.from_outputs({"y": np.ones(3, np.float32)}, reference) == 3.0 and len(calls) == 2
+    assert scores.from_outputs(one, two) == 3.0 and len(calls) == 3  # another reference: another score
+    assert scores.describe() == "total (higher is better)"
+
+
+def test_the_analysis_gets_a_journaled_metric_only_for_user_code():
+    journal = Journal(None, "fp")
+    pooled, model_file = OutputMetric("sqnr"), JournaledMetric(ModelFunction(lambda p: 1.0), journal)
+    assert analysis_metric(pooled, journal) is pooled and analysis_metric(model_file, journal) is model_file
+    for metric in (OutputMetric("sqnr", output="y"), Top1Agreement(), OutputFunction(lambda o, r: 1.0)):
+        wrapped = analysis_metric(metric, journal)
+        assert isinstance(wrapped, JournaledScores) and wrapped.inner is metric

@@ -36,6 +36,8 @@ from quantdbg.auto.journal import (
     Journal,
     JournaledEvaluator,
     JournaledMetric,
+    JournaledScores,
+    analysis_metric,
     fingerprint,
     model_key,
 )
@@ -53,10 +55,11 @@ from quantdbg.auto.result import AutoResult
 
 __all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "REPAIR_PASSES", "AutoConfig", "AutoContext",
            "AutoProgress", "AutoRecipe", "AutoResult", "CalibratorRepair", "CalibratorRepairConfig",
-           "ChannelRange", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric", "Outcome",
-           "Phase", "Proposal", "Repair", "RepairPass", "RepairRecord", "SmoothQuantRepair",
-           "SmoothQuantRepairConfig", "SmoothingStep", "Stage", "TensorChoice", "apply_recipe",
-           "fingerprint", "model_key", "read_recipe", "run_auto", "with_per_tensor"]
+           "ChannelRange", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric",
+           "JournaledScores", "Outcome", "Phase", "Proposal", "Repair", "RepairPass", "RepairRecord",
+           "SmoothQuantRepair", "SmoothQuantRepairConfig", "SmoothingStep", "Stage", "TensorChoice",
+           "analysis_metric", "apply_recipe", "fingerprint", "model_key", "read_recipe", "run_auto",
+           "with_per_tensor"]
 
 
 class _CallableModule(types.ModuleType):

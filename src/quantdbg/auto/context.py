@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from quantdbg.auto.config import AutoConfig, Phase
-from quantdbg.auto.journal import Journal, JournaledEvaluator, digest, model_key
+from quantdbg.auto.journal import Journal, JournaledEvaluator, analysis_metric, digest, model_key
 from quantdbg.auto.records import ChannelRange, SmoothingStep
 from quantdbg.calibration import (
     CalibrationResult,
@@ -77,6 +77,7 @@ class AutoContext:
         self.metric = metric
         self.config = config
         self.journal = journal
+        self.analysis_metric = analysis_metric(metric, journal)
         self.runner_factory = default_runner_factory(config.threads)
         self.last_report: SensitivityReport | None = None
 
@@ -108,8 +109,7 @@ class AutoContext:
         collect = CollectConfig(histogram=True, num_bins=calib_config.num_bins,
                                 max_batches=calib_config.max_batches)
         extra = collect_stats(fp, self.calib, missing, collect, progress=self.config.progress)
-        return CalibrationResult(found.ranges, {**found.stats, **extra}, found.config, found.n_batches,
-                                 found.n_samples)
+        return replace(found, stats={**found.stats, **extra})
 
     def analysis(self, stage: Stage) -> SensitivityReport:
         """The sensitivity of ``stage`` with its evidence (a stored pass), in phase ``rank``."""
@@ -117,8 +117,8 @@ class AutoContext:
                               results_path=None)
 
         def analyze() -> SensitivityReport:
-            return analyze_sensitivity(stage.fp, stage.qmodel, self.evals, sensitivity, metric=self.metric,
-                                       runner_factory=self.runner_factory)
+            return analyze_sensitivity(stage.fp, stage.qmodel, self.evals, sensitivity,
+                                       metric=self.analysis_metric, runner_factory=self.runner_factory)
 
         with self.in_phase("rank"):
             self.last_report = self.journal.analysis(f"analysis:{model_key(stage.qmodel.model)}", analyze)

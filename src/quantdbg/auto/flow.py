@@ -166,8 +166,8 @@ class _Flow:
                       repaired: float) -> tuple[Outcome, tuple[str, ...], float, QuantizedModel]:
         """The search's set when small enough; else the best evaluated set within the limit, verified."""
         plan, limit = found.plan, self.config.fallback_limit(len(stage.qmodel.layers))
-        if plan.status == "met" and len(plan.exclude) <= limit and found.mixed is not None:
-            return "fallback", plan.exclude, plan.value, found.mixed
+        if found.mixed is not None and self.target.is_met(plan.value) and len(plan.exclude) <= limit:
+            return "fallback", plan.exclude, plan.value, found.mixed  # the plan's set, verified
         outcome: Outcome = "unreachable" if plan.status == "unreachable" else (
             "spread" if len(plan.exclude) > limit else "verification_failed")
         best = None

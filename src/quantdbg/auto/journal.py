@@ -10,7 +10,8 @@ target and the settings, and a file of another run is refused.
 :class:`JournaledEvaluator` and :class:`JournaledMetric` route every evaluation through the
 journal: in-session metrics through the evaluator's ``run``/``run_model``/``reference_value``,
 model-file metrics (commands) through ``evaluate_model``, whoever calls them (the repairs, the
-fallback search, its verification).
+fallback search, its verification); :class:`JournaledScores` keys the task-metric scores a
+sensitivity analysis makes by the outputs scored.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from quantdbg.backends import RunnerFactory
 from quantdbg.calibration import CalibrationResult
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, FormatError
-from quantdbg.evaluation import Comparison, TaskMetric
+from quantdbg.evaluation import Comparison, OutputMetric, TaskMetric
 from quantdbg.model import ModelSource
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, VariantResult
@@ -210,6 +211,52 @@ class JournaledMetric(TaskMetric):
         return self.inner.describe()
 
 
+def _outputs_digest(outputs: Mapping[str, np.ndarray]) -> str:
+    hasher = hashlib.sha256()
+    _feeds_digest(hasher, [outputs])
+    return hasher.hexdigest()[:32]
+
+
+class JournaledScores(TaskMetric):
+    """An in-session task metric whose scores go through a journal, keyed by the outputs scored.
+
+    For the evaluations a sensitivity analysis makes with the task metric (its variants are not
+    named to the flow): a resumed run scores no outputs twice.
+
+    Args:
+        inner: The metric (computed from outputs).
+        journal: Where evaluations are kept.
+    """
+
+    def __init__(self, inner: TaskMetric, journal: Journal) -> None:
+        self.inner = inner
+        self.journal = journal
+        self.name = inner.name
+        self.higher_is_better = inner.higher_is_better
+
+    def from_outputs(self, outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> float:
+        """The inner metric of ``outputs``, from the journal when these outputs were scored before."""
+        key = f"outputs:{_outputs_digest(outputs)}:{_outputs_digest(reference)}"
+        compute = lambda: VariantResult(None, self.inner.from_outputs(outputs, reference))  # noqa: E731
+        return self.journal.evaluation(key, compute).value
+
+    def describe(self) -> str:
+        """The inner metric's description."""
+        return self.inner.describe()
+
+
+def analysis_metric(metric: TaskMetric, journal: Journal) -> TaskMetric:
+    """The task metric a sensitivity analysis of the flow gets: journaled when it runs the user's code.
+
+    A model-file metric is already a :class:`JournaledMetric`; an output-difference metric pooled
+    over every output is computed by the evaluator itself and stays as it is (its value must not
+    change); any other in-session metric becomes a :class:`JournaledScores`.
+    """
+    if metric.needs_model or (isinstance(metric, OutputMetric) and metric.output is None):
+        return metric
+    return JournaledScores(metric, journal)
+
+
 class JournaledEvaluator(VariantEvaluator):
     """A :class:`~quantdbg.sensitivity.VariantEvaluator` whose evaluations go through a journal.
 
@@ -302,5 +349,5 @@ def fingerprint(model: onnx.ModelProto, calib: Iterable[Mapping[str, np.ndarray]
     return hasher.hexdigest()[:32]
 
 
-__all__ = ["AutoProgress", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric", "digest",
-           "fingerprint", "model_key"]
+__all__ = ["AutoProgress", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric",
+           "JournaledScores", "analysis_metric", "digest", "fingerprint", "model_key"]
