@@ -138,8 +138,8 @@ def test_an_unreachable_target_names_the_numbers(tmp_path):
         "INT8 0.25).")
 
 
-class Killed(Exception):
-    """Stands for the process being killed while the metric runs."""
+class Killed(BaseException):
+    """Stands for the process being killed while the metric runs (like KeyboardInterrupt, no Exception)."""
 
 
 class Recorder:
