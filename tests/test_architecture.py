@@ -22,13 +22,15 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("sensitivity",),
     ("diagnostics",),
     ("fallback",),
+    ("auto",),
     ("report",),
     ("demo",),
     ("cli",),
     ("__main__", "__init__"),
 )
 """The order data flows in: FP32 model and data -> placement -> statistics and ranges -> Q/DQ model
--> runners -> metrics -> sensitivity -> diagnoses -> fallback plan -> reports -> entry points."""
+-> runners -> metrics -> sensitivity -> diagnoses -> fallback plan -> automatic flow -> reports -> entry
+points."""
 
 _STAGE = {part: i for i, parts in enumerate(STAGES) for part in parts}
 

@@ -26,7 +26,7 @@ from quantdbg.calibration.collect import (
     expose_tensors,
 )
 from quantdbg.calibration.compare import CalibratorComparison, compare_calibrators, histogram_sqnr
-from quantdbg.calibration.ranges import CalibrationResult, calibrate
+from quantdbg.calibration.ranges import CalibrationResult, calibrate, recalibrate
 from quantdbg.calibration.smoothing import (
     ChannelAbsmax,
     Migration,
@@ -51,5 +51,5 @@ __all__ = [
     "SmoothingResult", "TensorRange", "TensorStats",
     "apply_smoothing", "available_calibrators", "calibrate", "calibrator_amaxes", "calibrator_name",
     "collect_channel_absmax", "collect_stats", "expose_tensors", "get_calibrator", "merge_stats",
-    "register_calibrator", "smooth", "smoothing_scales", "smoothing_targets",
+    "recalibrate", "register_calibrator", "smooth", "smoothing_scales", "smoothing_targets",
 ]

@@ -6,7 +6,7 @@ over the data; histograms are collected only for tensors whose calibrator needs 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -16,7 +16,7 @@ from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonf
 from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, NotCalibratedError
 from quantdbg.model import FoldedWeight, ModelSource, as_loaded
 from quantdbg.placement import QdqPlan, plan_qdq
 
@@ -90,12 +90,7 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
                  if isinstance(placement, QuantConfig) else "the QuantConfig the plan was made with")
         raise ConfigError(f"The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate. "
                           f"Check {check}.")
-    chosen = _choose_calibrators(config, plan)
-    groups = [g for g in (tuple(t for t in group if t in chosen) for group in plan.shared_scale_groups)
-              if len(g) > 1]
-    for group in groups:  # a shared range needs every member's histogram if its calibrator does
-        for name in group:
-            chosen[name] = chosen[group[0]]
+    chosen, groups = _choices(config, plan)
     need_hist = frozenset(name for name, cal in chosen.items() if cal.needs_histogram)
     collect = CollectConfig(need_hist, config.num_bins, config.max_batches)
     collected = collect_stats(loaded, data, tensors, collect, progress=progress,
@@ -139,3 +134,47 @@ def _spec_key(spec: Any) -> Any:
     except TypeError:
         return id(spec)
     return spec
+
+
+def recalibrate(calibration: CalibrationResult, config: CalibConfig, plan: QdqPlan) -> CalibrationResult:
+    """The ranges ``config`` chooses from the statistics a calibration already holds (no pass over data).
+
+    Statistics do not depend on the calibrator, so another choice (e.g. per-tensor calibrators)
+    needs no new pass when every tensor's statistics are there, with a histogram for each tensor
+    whose new calibrator reads one.
+
+    Args:
+        calibration: An earlier calibration of the same model and plan.
+        config: The calibrator choice to apply.
+        plan: The Q/DQ plan ``calibration`` was made for.
+
+    Returns:
+        The same statistics and counts with the ranges ``config`` chooses; the result equals what
+        :func:`calibrate` with ``config`` gives on the same data.
+
+    Raises:
+        ConfigError: A calibrator name is unknown.
+        NotCalibratedError: A tensor has no statistics, or no histogram while its calibrator needs one.
+    """
+    chosen, groups = _choices(config, plan)
+    for name, calibrator in chosen.items():
+        stats = calibration.stats.get(name)
+        if stats is None or (calibrator.needs_histogram and stats.hist is None):
+            missing = "statistics" if stats is None else "histogram"
+            raise NotCalibratedError(f"Tensor {name!r} has no {missing} in the calibration, which its "
+                                     f"calibrator {calibrator.name!r} needs; calibrate again with "
+                                     "calibrate().")
+    ranges = _ranges(calibration.stats, chosen, groups)
+    chosen_ranges = {name: ranges[name] for name in plan.activation_tensors}
+    return replace(calibration, ranges=chosen_ranges, config=config)
+
+
+def _choices(config: CalibConfig, plan: QdqPlan) -> tuple[dict[str, Calibrator], list[tuple[str, ...]]]:
+    """Tensor -> calibrator, and the shared-scale groups (each member takes its first member's calibrator)."""
+    chosen = _choose_calibrators(config, plan)
+    groups = [g for g in (tuple(t for t in group if t in chosen) for group in plan.shared_scale_groups)
+              if len(g) > 1]
+    for group in groups:  # a shared range needs every member's histogram if its calibrator does
+        for name in group:
+            chosen[name] = chosen[group[0]]
+    return chosen, groups

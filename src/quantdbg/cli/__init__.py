@@ -15,7 +15,7 @@ from typing import NoReturn
 from quantdbg.errors import QuantDbgError
 
 # Modules of this package that define subcommands, in the order `--help` lists them.
-_COMMAND_MODULES = ("calibrate", "analyze", "fallback", "lint", "report", "doctor", "demo")
+_COMMAND_MODULES = ("calibrate", "analyze", "fallback", "auto", "lint", "report", "doctor", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

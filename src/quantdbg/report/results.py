@@ -2,9 +2,9 @@
 
 A report renders any of :class:`~quantdbg.calibration.CalibrationResult`,
 :class:`~quantdbg.sensitivity.SensitivityReport`, :class:`~quantdbg.fallback.FallbackPlan`,
-:class:`~quantdbg.diagnostics.LintReport`, :class:`~quantdbg.diagnostics.DoctorReport`, or a
-:class:`ReportBundle` of several. Its JSON is the result's own ``to_dict()``, which
-:func:`load_result` reads back.
+:class:`~quantdbg.diagnostics.LintReport`, :class:`~quantdbg.diagnostics.DoctorReport`,
+:class:`~quantdbg.auto.AutoResult`, or a :class:`ReportBundle` of several. Its JSON is the result's
+own ``to_dict()``, which :func:`load_result` reads back.
 """
 from __future__ import annotations
 
@@ -16,25 +16,26 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from quantdbg import _display, _json
+from quantdbg.auto import AutoResult
 from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, Evidence, LintReport
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackPlan
 from quantdbg.sensitivity import SensitivityReport
 
-ResultKind = Literal["calibration", "sensitivity", "fallback", "lint", "doctor", "bundle"]
+ResultKind = Literal["calibration", "sensitivity", "fallback", "lint", "doctor", "auto", "bundle"]
 KINDS: tuple[ResultKind, ...] = get_args(ResultKind)
 
 PRIMARY_TABLE: Mapping[ResultKind, str] = {
     "calibration": "calibration-ranges", "sensitivity": "sensitivity-ranking",
     "fallback": "fallback-evaluations", "lint": "lint-findings", "doctor": "doctor-findings",
-    "bundle": "summary"}
+    "auto": "auto-summary", "bundle": "summary"}
 """Each kind's main table (what :func:`quantdbg.report.to_dataframe` returns)."""
 
 # A result file's format tag (before the version) -> its kind; calibration and lint files have none.
 _FORMATS: Mapping[str, ResultKind] = {
     "quantdbg.report/": "bundle", "quantdbg.doctor/": "doctor", "quantdbg.sensitivity/": "sensitivity",
-    "quantdbg.fallback_plan/": "fallback"}
+    "quantdbg.fallback_plan/": "fallback", "quantdbg.auto/": "auto"}
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class ReportBundle(_json.Serializable):
 
 _TYPES: Mapping[ResultKind, type] = {
     "calibration": CalibrationResult, "sensitivity": SensitivityReport, "fallback": FallbackPlan,
-    "lint": LintReport, "doctor": DoctorReport, "bundle": ReportBundle}
+    "lint": LintReport, "doctor": DoctorReport, "auto": AutoResult, "bundle": ReportBundle}
 
 
 def result_types() -> tuple[type, ...]:
@@ -116,7 +117,8 @@ def kind_of(result: Any) -> ResultKind:
         if isinstance(result, cls):
             return kind
     raise ConfigError(f"Cannot render a {type(result).__name__}; pass one of CalibrationResult, "
-                      "SensitivityReport, FallbackPlan, LintReport, DoctorReport or ReportBundle.")
+                      "SensitivityReport, FallbackPlan, LintReport, DoctorReport, AutoResult or "
+                      "ReportBundle.")
 
 
 def report_title(result: Any, title: str | None = None) -> str:
@@ -144,7 +146,8 @@ def _detect(data: Mapping[str, Any]) -> ResultKind:
         return "lint"
     raise ConfigError("This JSON is not a quantdbg result: expected a calibration result, a sensitivity "
                       "report (`quantdbg analyze --out`), a fallback plan (`quantdbg fallback --plan`), a "
-                      "lint report, a doctor report (`quantdbg doctor --json`) or a report bundle.")
+                      "lint report, a doctor report (`quantdbg doctor --json`), an automatic flow's result "
+                      "(`quantdbg auto --plan`) or a report bundle.")
 
 
 def result_from_dict(data: Mapping[str, Any], kind: str | None = None) -> Any:

@@ -4,10 +4,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from quantdbg.auto import AutoResult
 from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, LintReport
 from quantdbg.fallback import FallbackPlan
 from quantdbg.report.results import ReportBundle, kind_of
+from quantdbg.report.sections.auto import auto_sections
 from quantdbg.report.sections.base import Section
 from quantdbg.report.sections.bundle import bundle_sections
 from quantdbg.report.sections.calibration import calibration_sections
@@ -34,6 +36,7 @@ sections_of.register(SensitivityReport, sensitivity_sections)
 sections_of.register(FallbackPlan, fallback_sections)
 sections_of.register(LintReport, lint_sections)
 sections_of.register(DoctorReport, doctor_sections)
+sections_of.register(AutoResult, auto_sections)
 
 
 @sections_of.register(ReportBundle)

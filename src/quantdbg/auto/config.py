@@ -1,0 +1,156 @@
+"""What the automatic flow does and how hard it tries: the repair vocabulary and :class:`AutoConfig`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, get_args
+
+from quantdbg._json import Serializable
+from quantdbg.calibration import SmoothingConfig
+from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.errors import ConfigError, check_choice
+from quantdbg.fallback import FallbackConfig
+
+Repair = Literal["calibrator", "smoothquant"]
+"""An INT8 repair the flow tries before any layer leaves INT8 (see :mod:`quantdbg.auto.repairs`)."""
+
+REPAIRS: tuple[Repair, ...] = get_args(Repair)
+"""Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices)."""
+
+Phase = Literal["reference", "int8", "calibrator", "smoothquant", "rank", "search", "verify"]
+"""A phase of the flow whose task-metric evaluations are counted apart (``AutoResult.evaluations``)."""
+
+PHASES: tuple[Phase, ...] = get_args(Phase)
+
+Outcome = Literal["int8", "repaired", "fallback", "spread", "unreachable", "verification_failed"]
+"""How the flow ended (see :class:`~quantdbg.auto.result.AutoResult`)."""
+
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+MET_OUTCOMES: tuple[Outcome, ...] = ("int8", "repaired", "fallback")
+"""The outcomes whose final model meets the target."""
+
+
+def _check_min_improvement(owner: str, value: float) -> None:
+    if not value >= 0.0:
+        raise ConfigError(f"{owner}.min_improvement must be >= 0 (task-metric units), got {value}.")
+
+
+@dataclass(frozen=True)
+class CalibratorRepairConfig(Serializable):
+    """The per-tensor calibrator choice (:class:`~quantdbg.auto.repairs.CalibratorRepair`).
+
+    Each activation tensor gets the registered calibrator whose range gives the layers reading it
+    the best local output SQNR (the sensitivity evidence, :func:`quantdbg.sensitivity.suggest_calibrators`);
+    the ranges are re-derived from the calibration's statistics, with no new pass over the data.
+
+    Attributes:
+        min_improvement: The choice is kept only when the task metric improves by more than this
+            (in the metric's units; 0: any improvement).
+
+    Raises:
+        ConfigError: A negative ``min_improvement``.
+    """
+
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_min_improvement("CalibratorRepairConfig", self.min_improvement)
+
+
+@dataclass(frozen=True)
+class SmoothQuantRepairConfig(Serializable):
+    """SmoothQuant on the MatMul/Gemm nodes whose activations carry outlier channels
+    (:class:`~quantdbg.auto.repairs.SmoothQuantRepair`).
+
+    Attributes:
+        smoothing: Strength, op types and node selection (its ``nodes`` are narrowed to the nodes
+            reading an activation with outlier channels).
+        min_outlier_ratio: An activation carries outlier channels when its largest per-channel
+            max|x| is at least this many times its median channel's.
+        min_improvement: SmoothQuant is kept only when the task metric improves by more than this.
+
+    Raises:
+        ConfigError: ``min_outlier_ratio`` below 1 or a negative ``min_improvement``.
+    """
+
+    smoothing: SmoothingConfig = field(default_factory=SmoothingConfig)
+    min_outlier_ratio: float = 10.0
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.min_outlier_ratio >= 1.0:
+            raise ConfigError(f"SmoothQuantRepairConfig.min_outlier_ratio must be >= 1, got "
+                              f"{self.min_outlier_ratio}.")
+        _check_min_improvement("SmoothQuantRepairConfig", self.min_improvement)
+
+
+@dataclass(frozen=True)
+class AutoConfig(Serializable):
+    """How :func:`quantdbg.auto` calibrates, repairs, ranks and searches.
+
+    Attributes:
+        calib: The default calibration (the repairs start from it).
+        quant: Where Q/DQ pairs go.
+        repairs: The INT8 repairs to try, in order; each is kept only when the task metric improves.
+        calibrator: Settings of the per-tensor calibrator choice.
+        smoothquant: Settings of SmoothQuant.
+        fallback: Ranking, search strategy, budget and the precision of the layers kept out of INT8.
+        max_fallback_share: The largest share of the quantized layers the flow keeps out of INT8
+            (at least one layer). When the search needs more, the error is spread over the model:
+            the flow says so and stops at the best set within this share.
+        batch_size: Samples per feed for arrays and ``.npz`` files (None: 32).
+        threads: ONNX Runtime intra-op threads (0: all cores).
+        progress: Show progress bars (else log lines at DEBUG).
+        resume_path: JSON file holding the finished passes and every evaluation made; a run
+            stopped earlier resumes from it (it must belong to the same model, data, metric,
+            target and settings). None: nothing is written.
+
+    Raises:
+        ConfigError: An unknown or repeated repair, a share outside (0, 1], a batch size below 1
+            or negative threads.
+    """
+
+    calib: CalibConfig = field(default_factory=CalibConfig)
+    quant: QuantConfig = field(default_factory=QuantConfig)
+    repairs: tuple[Repair, ...] = REPAIRS
+    calibrator: CalibratorRepairConfig = field(default_factory=CalibratorRepairConfig)
+    smoothquant: SmoothQuantRepairConfig = field(default_factory=SmoothQuantRepairConfig)
+    fallback: FallbackConfig = field(default_factory=FallbackConfig)
+    max_fallback_share: float = 0.25
+    batch_size: int | None = None
+    threads: int = 0
+    progress: bool = False
+    resume_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repairs, str):
+            raise ConfigError(f"repairs takes a sequence of repair names, not one string; write "
+                              f"({self.repairs!r},).")
+        object.__setattr__(self, "repairs", tuple(self.repairs))
+        for name in self.repairs:
+            check_choice("repair", name, REPAIRS)
+        if len(set(self.repairs)) != len(self.repairs):
+            raise ConfigError(f"repairs lists a repair twice: {self.repairs}; give each once, in the order "
+                              "to try them.")
+        if not 0.0 < self.max_fallback_share <= 1.0:
+            raise ConfigError(f"max_fallback_share must be in (0, 1], got {self.max_fallback_share}.")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1 or None, got {self.batch_size}.")
+        if self.threads < 0:
+            raise ConfigError(f"threads must be >= 0 (0: all cores), got {self.threads}.")
+        if self.resume_path is not None:
+            object.__setattr__(self, "resume_path", Path(self.resume_path))
+
+    def fallback_limit(self, n_layers: int) -> int:
+        """The most layers (of ``n_layers`` quantized ones) the flow keeps out of INT8 (at least 1)."""
+        return max(1, int(self.max_fallback_share * n_layers + 1e-9))
+
+    def settings(self) -> AutoConfig:
+        """The settings that decide the result: progress and the resume file left out (for fingerprints)."""
+        sensitivity = replace(self.fallback.sensitivity, progress=False, results_path=None)
+        return replace(self, fallback=replace(self.fallback, sensitivity=sensitivity), progress=False,
+                       resume_path=None)
+
+
+__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "CalibratorRepairConfig", "Outcome",
+           "Phase", "Repair", "SmoothQuantRepairConfig"]

@@ -1,0 +1,160 @@
+"""What every phase of the flow shares: the data, the task metric, the journal, and the models on the way.
+
+A :class:`Stage` is one INT8 model the flow holds (the default one, then each repaired one); the
+:class:`AutoContext` builds stages and runs the passes over the data they need, each through the
+journal, so a resumed run repeats none of them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from quantdbg.auto.config import AutoConfig, Phase
+from quantdbg.auto.journal import Journal, JournaledEvaluator, analysis_metric, digest, model_key
+from quantdbg.auto.records import ChannelRange, SmoothingStep
+from quantdbg.calibration import (
+    CalibrationResult,
+    CollectConfig,
+    calibrate,
+    collect_channel_absmax,
+    collect_stats,
+)
+from quantdbg.config import CalibConfig
+from quantdbg.data import CalibrationData
+from quantdbg.evaluation import TaskMetric
+from quantdbg.model import LoadedModel
+from quantdbg.placement import QdqPlan, plan_qdq
+from quantdbg.qdq import QuantizedModel, insert_qdq
+from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity, default_runner_factory
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One INT8 model on the flow's way.
+
+    Attributes:
+        fp: Its FP32 model (the smoothed one once SmoothQuant was kept).
+        plan: Its Q/DQ plan.
+        calibration: Its ranges and the statistics behind them (histograms for every tensor); its
+            ``config`` is the calibrator choice in use.
+        qmodel: The Q/DQ model.
+        smoothing: What SmoothQuant did to reach ``fp`` (None when not smoothed).
+    """
+
+    fp: LoadedModel
+    plan: QdqPlan
+    calibration: CalibrationResult
+    qmodel: QuantizedModel
+    smoothing: SmoothingStep | None = None
+
+    @property
+    def calib_config(self) -> CalibConfig:
+        """The calibrator choice of this stage."""
+        return self.calibration.config
+
+
+class AutoContext:
+    """The flow's data, metric, settings and journal, and the passes over the data built on them.
+
+    Args:
+        calib: Calibration feeds.
+        evals: Evaluation feeds.
+        metric: The task metric (journaled when it runs on model files).
+        config: The flow's settings.
+        journal: Where passes and evaluations are kept.
+    """
+
+    def __init__(self, calib: CalibrationData, evals: CalibrationData, metric: TaskMetric, config: AutoConfig,
+                 journal: Journal) -> None:
+        self.calib = calib
+        self.evals = evals
+        self.metric = metric
+        self.config = config
+        self.journal = journal
+        self.analysis_metric = analysis_metric(metric, journal)
+        self.runner_factory = default_runner_factory(config.threads)
+        self.last_report: SensitivityReport | None = None
+
+    def stage(self, fp: LoadedModel, calib_config: CalibConfig,
+              smoothing: SmoothingStep | None = None) -> Stage:
+        """Plans, calibrates (a stored pass) and quantizes ``fp`` with ``calib_config``."""
+        plan = plan_qdq(fp, self.config.quant)
+        calibration = self.calibration(fp, calib_config, plan)
+        qmodel = insert_qdq(fp, calibration, self.config.quant, plan=plan)
+        return Stage(fp, plan, calibration, qmodel, smoothing)
+
+    def recalibrated(self, stage: Stage, calib_config: CalibConfig, calibration: CalibrationResult) -> Stage:
+        """``stage`` with other ranges of the same statistics (no pass over the data)."""
+        qmodel = insert_qdq(stage.fp, calibration, self.config.quant, plan=stage.plan)
+        return replace(stage, calibration=calibration, qmodel=qmodel)
+
+    def calibration(self, fp: LoadedModel, calib_config: CalibConfig, plan: QdqPlan) -> CalibrationResult:
+        """The calibration of ``fp`` with a histogram for every tensor (so any calibrator can be
+        re-derived later); one pass, plus one for the histograms the chosen calibrators did not need."""
+        setting = json.dumps(calib_config.to_dict(), sort_keys=True)
+        key = f"calibration:{model_key(fp.proto)}:{digest(setting)}"
+        return self.journal.calibration(key, lambda: self._calibrate(fp, calib_config, plan))
+
+    def _calibrate(self, fp: LoadedModel, calib_config: CalibConfig, plan: QdqPlan) -> CalibrationResult:
+        found = calibrate(fp, self.calib, calib_config, plan, progress=self.config.progress)
+        missing = [name for name, stats in found.stats.items() if stats.hist is None]
+        if not missing:
+            return found
+        collect = CollectConfig(histogram=True, num_bins=calib_config.num_bins,
+                                max_batches=calib_config.max_batches)
+        extra = collect_stats(fp, self.calib, missing, collect, progress=self.config.progress)
+        return replace(found, stats={**found.stats, **extra})
+
+    def analysis(self, stage: Stage) -> SensitivityReport:
+        """The sensitivity of ``stage`` with its evidence (a stored pass), in phase ``rank``."""
+        sensitivity = replace(self.config.fallback.sensitivity, evidence=True, progress=self.config.progress,
+                              results_path=None)
+
+        def analyze() -> SensitivityReport:
+            return analyze_sensitivity(stage.fp, stage.qmodel, self.evals, sensitivity,
+                                       metric=self.analysis_metric, runner_factory=self.runner_factory)
+
+        with self.in_phase("rank"):
+            self.last_report = self.journal.analysis(f"analysis:{model_key(stage.qmodel.model)}", analyze)
+        return self.last_report
+
+    def channel_absmax(self, fp: LoadedModel, tensors: tuple[str, ...]) -> tuple[ChannelRange, ...]:
+        """Per-channel max|x| of ``tensors`` on the calibration data (a stored pass)."""
+        def measure() -> tuple[ChannelRange, ...]:
+            found = collect_channel_absmax(fp, self.calib, tensors, progress=self.config.progress)
+            return tuple(ChannelRange(name, np.asarray(found.absmax[name])) for name in tensors)
+
+        return self.journal.channel_ranges(f"channels:{model_key(fp.proto)}:{digest(*tensors)}", measure)
+
+    def evaluator(self, stage: Stage) -> JournaledEvaluator:
+        """An evaluator of ``stage`` on the evaluation data whose evaluations go through the journal."""
+        return JournaledEvaluator(stage.fp, stage.qmodel, self.evals, self.metric, self.runner_factory,
+                                  self.journal)
+
+    def in_phase(self, phase: Phase) -> _PhaseScope:
+        """A ``with`` block whose evaluations count under ``phase``."""
+        return _PhaseScope(self.journal, phase)
+
+
+class _PhaseScope:
+    def __init__(self, journal: Journal, phase: Phase) -> None:
+        self.journal = journal
+        self.phase = phase
+        self.previous: Phase = journal.phase
+
+    def __enter__(self) -> None:
+        self.previous = self.journal.phase
+        self.journal.phase = self.phase
+        logger.info("auto: %s", self.phase)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.journal.phase = self.previous
+
+
+__all__ = ["AutoContext", "Stage"]

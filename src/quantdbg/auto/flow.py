@@ -1,0 +1,202 @@
+"""The automatic flow: calibrate, repair INT8, rank, search the fewest layers to keep out of INT8, verify.
+
+1. calibrate: the default calibration, with a histogram kept for every tensor (one pass, two when
+   the default calibrator needs no histograms), and the default INT8 model;
+2. evaluate the FP32 model and the default INT8 model on the task metric;
+3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.auto.repairs`), kept only
+   when the task metric improves; stop as soon as the target holds;
+4. rank: the sensitivity of the repaired model (reused when no repair was kept);
+5. search: :func:`quantdbg.fallback.auto_fallback` from the repaired model, verified on the real
+   mixed model; model-file metrics evaluate the real mixed model at every step, in-session
+   metrics use the sensitivity session;
+6. when only a set larger than ``AutoConfig.max_fallback_share`` of the layers meets the target
+   (or none does), stop at the best set within that share, verified, and say so with the numbers.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import replace
+
+from quantdbg.auto.config import AutoConfig, Outcome
+from quantdbg.auto.context import AutoContext, Stage
+from quantdbg.auto.journal import Journal, JournaledMetric, fingerprint
+from quantdbg.auto.recipe import AutoRecipe
+from quantdbg.auto.records import RepairRecord
+from quantdbg.auto.repairs import REPAIR_PASSES
+from quantdbg.auto.result import AutoResult
+from quantdbg.data import DataSource, as_model_data
+from quantdbg.errors import ConfigError
+from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_metric
+from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
+from quantdbg.model import LoadedModel, ModelSource, as_loaded
+from quantdbg.qdq import QuantizedModel, remove_qdq
+from quantdbg.sensitivity import VariantEvaluator
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT = AutoConfig()
+
+Values = tuple[float, ...]
+"""FP32, default INT8, repaired (and final) task-metric values."""
+
+
+def run_auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, target: FallbackTarget, *,
+             metric: TaskMetric | MetricName = "sqnr", config: AutoConfig = _DEFAULT) -> AutoResult:
+    """Quantizes ``model`` to INT8, repairs it, and keeps the fewest layers out of INT8 to meet ``target``.
+
+    Also available as ``quantdbg.auto(...)``; the steps are in the module docstring.
+
+    Args:
+        model: The FP32 model (path, ModelProto or LoadedModel; never modified).
+        calib_data: Calibration data (``.npz`` path, arrays, or feeds).
+        eval_data: Evaluation data for the task metric.
+        target: What the final model must achieve; a relative-loss target without a reference
+            gets the FP32 model's metric.
+        metric: The task metric: an output-metric name, or a
+            :class:`~quantdbg.evaluation.TaskMetric` (a command runs on the real model files).
+            An SQNR target reads the output SQNR (leave ``"sqnr"``).
+        config: Calibration, repairs, ranking, search, limits, progress and the resume file.
+
+    Returns:
+        The result: metric values, repairs, ranking, plan, final model, recipe and verdict.
+
+    Raises:
+        ConfigError: The target and metric disagree, a relative-loss target meets an infinite
+            FP32 metric, or the resume file belongs to another run.
+        FormatError: The resume file is not a progress file.
+        ModelError: The model is invalid or already quantized.
+        DataError: The data does not match the model.
+        BackendError: ONNX Runtime or the evaluation command failed.
+    """
+    start = time.perf_counter()
+    fp = as_loaded(model)
+    calib = as_model_data(calib_data, fp.proto, config.batch_size)
+    evals = as_model_data(eval_data, fp.proto, config.batch_size)
+    task = _task_metric(metric, target)
+    journal = Journal.open(config.resume_path,
+                           fingerprint(fp.proto, calib, evals, task, target, config.settings()))
+    if task.needs_model:
+        task = JournaledMetric(task, journal)
+    result = _Flow(AutoContext(calib, evals, task, config, journal), target).run(fp)
+    logger.info("auto: %s", result.message)
+    return replace(result, seconds=round(time.perf_counter() - start, 3))
+
+
+def _task_metric(metric: TaskMetric | MetricName, target: FallbackTarget) -> TaskMetric:
+    task = as_task_metric(metric)
+    if target.kind == "sqnr":
+        if not (isinstance(task, OutputMetric) and task.metric == "sqnr" and task.output is None):
+            raise ConfigError(f"An SQNR target judges the output SQNR, but the metric is {task.name!r}; "
+                              "leave metric='sqnr', or give a metric target (FallbackTarget.min_metric or "
+                              "max_relative_loss).")
+    elif task.higher_is_better == target.lower_is_better:
+        raise ConfigError(f"The target says {'lower' if target.lower_is_better else 'higher'} is better "
+                          f"but metric {task.name!r} is {'higher' if task.higher_is_better else 'lower'}"
+                          "-is-better; make them agree.")
+    return task
+
+
+class _Flow:
+    """One run: the phases in order, sharing the context, the target and the repair records."""
+
+    def __init__(self, context: AutoContext, target: FallbackTarget) -> None:
+        self.context = context
+        self.config = context.config
+        self.target = target
+        self.records: list[RepairRecord] = []
+
+    def run(self, fp: LoadedModel) -> AutoResult:
+        base = self.context.stage(fp, self.config.calib)
+        with self.context.evaluator(base) as scorer:
+            fp32, int8 = self._baseline(scorer, base)
+            stage, repaired = self._repair(scorer, base, int8)
+        values = (fp32, int8, repaired)
+        if self.target.is_met(repaired):
+            outcome: Outcome = "int8" if stage is base else "repaired"
+            return self._result(outcome, stage, (*values, repaired), (), stage.qmodel, None)
+        return self._fallback(stage, values)
+
+    def _baseline(self, scorer: VariantEvaluator, base: Stage) -> tuple[float, float]:
+        """The FP32 and default INT8 task metric (the target gets its FP32 reference)."""
+        with self.context.in_phase("reference"):
+            fp32 = scorer.reference_value()
+        if self.target.kind == "relative_loss" and self.target.reference is None:
+            if not math.isfinite(fp32):
+                raise ConfigError(f"A relative-loss target needs a finite FP32 metric, but "
+                                  f"{self.context.metric.name} of the FP32 model is {fp32}; give an absolute "
+                                  "bound instead (FallbackTarget.min_metric, --min-metric).")
+            self.target = self.target.with_reference(fp32)
+        with self.context.in_phase("int8"):
+            int8 = scorer.run_model(base.qmodel.model).value
+        return fp32, int8
+
+    def _repair(self, scorer: VariantEvaluator, stage: Stage, value: float) -> tuple[Stage, float]:
+        """Tries each repair in turn; keeps those that improve the task metric, until the target holds."""
+        for name in self.config.repairs:
+            if self.target.is_met(value):
+                break
+            repair = REPAIR_PASSES[name](self.config)
+            with self.context.in_phase(name):
+                proposal = repair.apply(stage, self.context)
+                if proposal.stage is None:
+                    self.records.append(proposal.record(value))
+                    continue
+                after = scorer.run_model(proposal.stage.qmodel.model).value
+            kept = self.target.better(after, value) and abs(after - value) > repair.min_improvement
+            self.records.append(proposal.record(value, after, kept))
+            if kept:
+                stage, value = proposal.stage, after
+        return stage, value
+
+    def _fallback(self, stage: Stage, values: Values) -> AutoResult:
+        """Ranks and searches from the repaired model; stops within the share limit."""
+        report = self.context.analysis(stage)
+        sensitivity = replace(self.config.fallback.sensitivity, progress=self.config.progress,
+                              results_path=None)
+        fallback = replace(self.config.fallback, sensitivity=sensitivity)
+        with self.context.evaluator(stage) as evaluator:
+            with self.context.in_phase("search"):
+                found = auto_fallback(evaluator, self.target, fallback, report=report)
+            outcome, exclude, final, model = self._within_limit(evaluator, stage, found, values[2])
+        return self._result(outcome, stage, (*values, final), exclude, model, found)
+
+    def _within_limit(self, evaluator: VariantEvaluator, stage: Stage, found: FallbackResult,
+                      repaired: float) -> tuple[Outcome, tuple[str, ...], float, QuantizedModel]:
+        """The search's set when small enough; else the best evaluated set within the limit, verified."""
+        plan, limit = found.plan, self.config.fallback_limit(len(stage.qmodel.layers))
+        if found.mixed is not None and self.target.is_met(plan.value) and len(plan.exclude) <= limit:
+            return "fallback", plan.exclude, plan.value, found.mixed  # the plan's set, verified
+        outcome: Outcome = "unreachable" if plan.status == "unreachable" else (
+            "spread" if len(plan.exclude) > limit else "verification_failed")
+        best = None
+        for e in plan.evaluations:
+            if e.purpose != "verify" and 0 < len(e.exclude) <= limit and (
+                    best is None or self.target.better(e.value, best.value)):
+                best = e
+        if best is None:
+            return outcome, (), repaired, stage.qmodel
+        mixed = remove_qdq(stage.qmodel, best.exclude, self.config.fallback.precision)
+        with self.context.in_phase("verify"):
+            value = evaluator.run_model(mixed.model).value
+        if self.target.is_met(value):
+            return "fallback", best.exclude, value, mixed
+        if not self.target.better(value, repaired):
+            return outcome, (), repaired, stage.qmodel
+        return outcome, best.exclude, value, mixed
+
+    def _result(self, outcome: Outcome, stage: Stage, values: Values, exclude: tuple[str, ...],
+                model: QuantizedModel, found: FallbackResult | None) -> AutoResult:
+        recipe = AutoRecipe(stage.calib_config, self.config.quant, stage.smoothing, exclude,
+                            self.config.fallback.precision, tuple(self.records))
+        n_layers = len(stage.qmodel.layers)
+        report = found.report if found is not None else self.context.last_report
+        fp32, int8, repaired, final = values
+        counts = self.context.journal.counts()
+        return AutoResult(outcome, self.target, self.context.metric.name, fp32, int8, repaired, final,
+                          n_layers, self.config.fallback_limit(n_layers), recipe, counts, report,
+                          None if found is None else found.plan, model=model)
+
+
+__all__ = ["run_auto"]

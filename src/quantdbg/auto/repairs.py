@@ -1,0 +1,240 @@
+"""The INT8 repairs tried before any layer leaves INT8: each a pass with a frozen config and an ``apply``.
+
+A pass looks at a :class:`~quantdbg.auto.context.Stage` and proposes a repaired one
+(:class:`Proposal`), or says why it does not apply; the flow evaluates the proposal and keeps it only
+when the task metric improves.
+
+* :class:`CalibratorRepair`: per activation tensor, the registered calibrator whose range gives
+  the layers reading it the best local output SQNR (the sensitivity evidence,
+  :func:`quantdbg.sensitivity.suggest_calibrators`); the ranges are re-derived from the stored
+  statistics (:func:`quantdbg.calibration.recalibrate`), with no pass over the data.
+* :class:`SmoothQuantRepair`: SmoothQuant (:func:`quantdbg.calibration.apply_smoothing`) on the
+  MatMul/Gemm nodes whose activation carries outlier channels (one pass measures the per-channel
+  ranges, one calibrates the smoothed model).
+"""
+from __future__ import annotations
+
+import glob
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Protocol
+
+from quantdbg.auto.config import (
+    AutoConfig,
+    CalibratorRepairConfig,
+    Repair,
+    SmoothQuantRepairConfig,
+)
+from quantdbg.auto.context import AutoContext, Stage
+from quantdbg.auto.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
+from quantdbg.calibration import Migration, SmoothingConfig, apply_smoothing, recalibrate, smoothing_targets
+from quantdbg.config import CalibConfig, CalibratorSpec, TensorKind
+from quantdbg.model import LoadedModel, as_loaded
+from quantdbg.sensitivity import SensitivityReport, suggest_calibrators
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a repair pass proposes.
+
+    Attributes:
+        repair: The pass.
+        stage: The repaired stage to evaluate (None: the repair does not apply).
+        reason: Why it does not apply, or what it changes.
+        calibrators: Calibrator choice: every activation tensor's choice.
+        smoothing: SmoothQuant: what was smoothed (or measured, when it does not apply).
+    """
+
+    repair: Repair
+    stage: Stage | None
+    reason: str
+    calibrators: tuple[TensorChoice, ...] = ()
+    smoothing: SmoothingStep | None = None
+
+    def record(self, before: float, after: float | None = None, kept: bool = False) -> RepairRecord:
+        """The record of this proposal once evaluated (``after`` None: it did not apply)."""
+        if after is None:
+            reason = self.reason
+        else:
+            verdict = "kept" if kept else "not kept"
+            reason = f"{self.reason}; task metric {before:.6g} -> {after:.6g}: {verdict}"
+        return RepairRecord(self.repair, after is not None, kept, before, after, reason, self.calibrators,
+                            self.smoothing)
+
+
+class RepairPass(Protocol):
+    """One INT8 repair."""
+
+    name: Repair
+    min_improvement: float
+
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """The repaired stage proposed for ``stage``, or why the repair does not apply."""
+        ...
+
+
+def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) -> CalibConfig:
+    """``config`` with exact per-tensor choices put first, so they win over its own globs.
+
+    Args:
+        config: A calibration config.
+        choices: Tensor name (not a glob) -> calibrator.
+
+    Returns:
+        The new config.
+    """
+    exact = {glob.escape(tensor): spec for tensor, spec in choices.items()}
+    kept = {pattern: spec for pattern, spec in config.per_tensor.items() if pattern not in exact}
+    return replace(config, per_tensor={**exact, **kept})
+
+
+class CalibratorRepair:
+    """Per-tensor calibrator choice from the sensitivity evidence.
+
+    Args:
+        config: Its settings.
+    """
+
+    name: Repair = "calibrator"
+
+    def __init__(self, config: CalibratorRepairConfig) -> None:
+        self.config = config
+        self.min_improvement = config.min_improvement
+
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """Proposes ``stage`` with each tensor's best calibrator (the ranges from its statistics).
+
+        Args:
+            stage: The model to repair (its calibration holds histograms for every tensor).
+            context: Runs the sensitivity analysis behind the evidence (a stored pass).
+
+        Returns:
+            The proposal; no stage when every tensor already has its best calibrator.
+        """
+        report = context.analysis(stage)
+        suggested = suggest_calibrators(report, only_changes=False)
+        # suggest_calibrators names each tensor by its exact-match glob
+        best = {t: suggested[glob.escape(t)] for t in stage.plan.activation_tensors
+                if glob.escape(t) in suggested}
+        previous = {t: stage.calibration.ranges[t].method for t in best}
+        changes = {t: name for t, name in best.items() if name != previous[t]}
+        if not changes:
+            choices = _choices(report, stage, stage, best)
+            return Proposal(self.name, None, f"each of the {len(best)} activation tensor(s) with evidence "
+                            "already has the calibrator with the best local output SQNR", choices)
+        config = with_per_tensor(stage.calib_config, changes)
+        repaired = context.recalibrated(stage, config, recalibrate(stage.calibration, config, stage.plan))
+        choices = _choices(report, stage, repaired, best)
+        shown = ", ".join(f"{t} {previous[t]} -> {name}" for t, name in list(changes.items())[:3])
+        more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
+        return Proposal(self.name, repaired, f"{len(changes)} of {len(best)} activation tensor(s) change "
+                        f"calibrator ({shown}{more})", choices)
+
+
+def _worst_sqnr(report: SensitivityReport) -> Callable[[str, str], float | None]:
+    """(tensor, calibrator) -> the worst local output SQNR of the layers reading the tensor with it."""
+    found: dict[tuple[str, str], float] = {}
+    for layer in report.layers:
+        sqnr = layer.evidence.calibrator_sqnr if layer.evidence is not None else None
+        for inp in layer.inputs:
+            if inp.kind is not TensorKind.ACTIVATION or not sqnr:
+                continue
+            for name, value in sqnr.items():
+                key = (inp.tensor, name)
+                found[key] = min(found.get(key, value), value)
+    return lambda tensor, name: found.get((tensor, name))
+
+
+def _choices(report: SensitivityReport, before: Stage, after: Stage,
+             best: Mapping[str, str]) -> tuple[TensorChoice, ...]:
+    sqnr = _worst_sqnr(report)
+    found = []
+    for tensor, name in best.items():
+        old = before.calibration.ranges[tensor]
+        found.append(TensorChoice(tensor, old.method, name, old.amax, after.calibration.ranges[tensor].amax,
+                                  sqnr(tensor, old.method), sqnr(tensor, name)))
+    return tuple(found)
+
+
+class SmoothQuantRepair:
+    """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels.
+
+    Args:
+        config: Its settings.
+    """
+
+    name: Repair = "smoothquant"
+
+    def __init__(self, config: SmoothQuantRepairConfig) -> None:
+        self.config = config
+        self.min_improvement = config.min_improvement
+
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """Proposes ``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated.
+
+        Args:
+            stage: The model to repair.
+            context: Measures the per-channel ranges and calibrates the smoothed model (stored passes).
+
+        Returns:
+            The proposal; no stage when no MatMul/Gemm reads an activation with outlier channels.
+
+        Raises:
+            ModelError: A ``smoothing.nodes``/``exclude`` glob matches no node.
+        """
+        base = self.config.smoothing
+        tensors = smoothing_targets(stage.fp, base)
+        if not tensors:
+            return Proposal(self.name, None, f"no {'/'.join(base.op_types)} node reads an activation with an "
+                            "initializer weight")
+        ranges = context.channel_absmax(stage.fp, tensors)
+        ratio = {r.tensor: r.outlier_ratio for r in ranges}
+        chosen = [r for r in ranges if r.outlier_ratio >= self.config.min_outlier_ratio]
+        if not chosen:
+            peak = max(ratio, key=ratio.__getitem__)
+            return Proposal(self.name, None, f"no activation read by a {'/'.join(base.op_types)} node has "
+                            f"outlier channels (largest channel max|x| / median channel: {ratio[peak]:.3g} "
+                            f"for {peak!r}, below {self.config.min_outlier_ratio:g})",
+                            smoothing=SmoothingStep(base, (), (), ratio))
+        config = replace(base, nodes=tuple(glob.escape(n) for n in _readers(stage.fp, chosen, base)))
+        result = apply_smoothing(stage.fp, {r.tensor: r.absmax for r in chosen}, config)
+        step = SmoothingStep(config, tuple(chosen), result.migrations, ratio)
+        calib = _carry_choices(stage, result.migrations)
+        repaired = context.stage(as_loaded(result.model), calib, step)
+        top = max(chosen, key=lambda r: r.outlier_ratio)
+        return Proposal(self.name, repaired, f"smoothed {len(result.nodes)} node(s) reading {len(chosen)} "
+                        f"activation(s) with outlier channels (largest ratio {top.outlier_ratio:.3g} for "
+                        f"{top.tensor!r}, alpha {config.alpha:g})", smoothing=step)
+
+
+def _readers(fp: LoadedModel, chosen: Sequence[ChannelRange], config: SmoothingConfig) -> list[str]:
+    """The selected nodes of ``config``'s op types reading one of the ``chosen`` activations."""
+    tensors = {r.tensor for r in chosen}
+    return [n.name for n in fp.proto.graph.node
+            if n.op_type in config.op_types and n.input and n.input[0] in tensors and config.selects(n.name)]
+
+
+def _carry_choices(stage: Stage, migrations: Sequence[Migration]) -> CalibConfig:
+    """The stage's calibrator choice, with each activation that smoothing replaced by an inserted Mul's
+    output keeping the calibrator it had."""
+    config = stage.calib_config
+    moved: dict[str, CalibratorSpec] = {}
+    for m in migrations:
+        tensor, smoothed = m.tensor, m.smoothed_tensor
+        ops = stage.plan.consumer_ops(tensor)
+        spec = config.method_for(tensor, ops)
+        if smoothed != tensor and spec != config.method_for(smoothed, ops):
+            moved[smoothed] = spec
+    return with_per_tensor(config, moved) if moved else config
+
+
+REPAIR_PASSES: Mapping[Repair, Callable[[AutoConfig], RepairPass]] = MappingProxyType({
+    "calibrator": lambda config: CalibratorRepair(config.calibrator),
+    "smoothquant": lambda config: SmoothQuantRepair(config.smoothquant),
+})
+"""Repair name -> builds its pass from the flow's settings."""
+
+
+__all__ = ["REPAIR_PASSES", "CalibratorRepair", "Proposal", "RepairPass", "SmoothQuantRepair",
+           "with_per_tensor"]

@@ -1,0 +1,143 @@
+"""``quantdbg auto``: the whole job in one command -- calibrate, repair INT8, rank, search the fewest
+layers to keep out of INT8, verify, report.
+
+Writes the final model (``--out``), the result with its re-appliable recipe (``--plan``, a
+``quantdbg.auto/1`` document) and optionally the HTML report. Exit status 0 when the target is
+met, 1 when it is not (the files hold the best model found and the verdict says why), 2 on bad
+input. A run stopped early resumes from ``--resume`` (default ``PLAN.json.partial``), which holds
+the finished passes and every evaluation made.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from quantdbg.auto import REPAIRS, AutoConfig, AutoResult, run_auto
+from quantdbg.calibration import available_calibrators
+from quantdbg.cli._options import READY_METRICS, check_out, eval_data, task_metric
+from quantdbg.config import CalibConfig, Precision, QuantConfig
+from quantdbg.data import load_npz
+from quantdbg.errors import ConfigError
+from quantdbg.evaluation import TaskMetric
+from quantdbg.fallback import FallbackConfig, FallbackTarget
+from quantdbg.model import as_loaded, input_specs
+from quantdbg.report import write_report
+from quantdbg.sensitivity import MODES, SensitivityConfig
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds the ``auto`` subcommand to ``sub``."""
+    auto = sub.add_parser("auto", help="The whole job: calibrate, repair INT8, fall back the fewest layers.",
+                          description="Calibrate MODEL, repair its INT8 ranges, rank its layers, keep the "
+                                      "fewest out of INT8 so it meets a target, verify and report. Exit "
+                                      "status 0: met; 1: not met (the best model found is written); 2: bad "
+                                      "input.")
+    auto.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    auto.add_argument("--data", required=True, metavar="CALIB.npz", help="Calibration data.")
+    auto.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
+    metric = auto.add_mutually_exclusive_group(required=True)
+    metric.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a "
+                        "model path and the last printed line is the metric (it runs on the real models).")
+    metric.add_argument("--metric", choices=READY_METRICS, help="Ready-made metric against FP32.")
+    metric.add_argument("--labels", metavar="KEY", help="Accuracy against this integer array of EVAL.npz.")
+    auto.add_argument("--lower-is-better", action="store_true",
+                      help="The --evaluate metric is lower-is-better.")
+    target = auto.add_mutually_exclusive_group(required=True)
+    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
+                        help="Task metric within PCT %% of FP32.")
+    target.add_argument("--min-metric", type=float, metavar="X", help="Task metric >= X (<= X when lower is "
+                        "better).")
+    auto.add_argument("--out", required=True, metavar="MIXED.onnx", help="The final model.")
+    auto.add_argument("--plan", required=True, metavar="PLAN.json", help="The result and its recipe (JSON).")
+    auto.add_argument("--html", metavar="REPORT.html", help="Also write the HTML report.")
+    _add_settings(auto)
+    auto.set_defaults(func=run)
+
+
+def _add_settings(auto: argparse.ArgumentParser) -> None:
+    methods = available_calibrators()
+    auto.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
+                      help="Default calibrator the repairs start from (default entropy).")
+    auto.add_argument("--repairs", nargs="*", choices=REPAIRS, default=list(REPAIRS), metavar="REPAIR",
+                      help=f"INT8 repairs to try, in order ({', '.join(REPAIRS)}; default all; none: give "
+                           "no value).")
+    auto.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
+    auto.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
+                      help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
+    auto.add_argument("--max-evaluations", type=int, help="Search budget (default 2*log2(L)+2).")
+    auto.add_argument("--max-fallback", type=float, default=25.0, metavar="PCT",
+                      help="Most layers kept out of INT8, in %% of the quantized layers (default 25).")
+    auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
+    auto.add_argument("--resume", metavar="FILE", help="Progress file to resume from and write (default "
+                      "PLAN.json.partial, deleted once the run is done).")
+    auto.add_argument("--no-progress", action="store_true",
+                      help="No progress bars (default: shown when stderr is a terminal).")
+
+
+def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
+    lower = not metric.higher_is_better
+    if args.max_rel_loss is not None:
+        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=lower)
+    return FallbackTarget.min_metric(args.min_metric, lower_is_better=lower)
+
+
+def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
+    if not 0.0 < args.max_fallback <= 100.0:
+        raise ConfigError(f"--max-fallback is a percentage in (0, 100], got {args.max_fallback:g}.")
+    fallback = FallbackConfig(SensitivityConfig(mode=args.mode), precision=Precision(args.precision),
+                              max_evaluations=args.max_evaluations)
+    return AutoConfig(CalibConfig(method=args.method), QuantConfig(), tuple(args.repairs), fallback=fallback,
+                      max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
+                      progress=sys.stderr.isatty() and not args.no_progress, resume_path=resume)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``quantdbg auto``: runs the flow, writes the model, the result and (when asked) the report.
+
+    Returns:
+        0 when the target is met, 1 when it is not.
+
+    Raises:
+        QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
+    """
+    outputs = (args.out, "--out"), (args.plan, "--plan"), (args.html, "--html"), (args.resume, "--resume")
+    for path, flag in outputs:
+        if path is not None:
+            check_out(path, flag)
+    metric = task_metric(args)
+    resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
+    config = _config(args, resume)
+    model = as_loaded(args.model)
+    calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
+    existed = resume.exists()
+    try:
+        result = run_auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
+                          config=config)
+    except ConfigError:
+        # Settings that must change leave nothing to resume; other failures (a command that crashed,
+        # an interrupt) keep the progress for the rerun.
+        if args.resume is None and not existed and resume.exists():
+            os.unlink(resume)
+        raise
+    assert result.model is not None  # a run always ends with a model
+    result.model.save(args.out)
+    result.write(args.plan)
+    if args.html is not None:
+        write_report(result, html=args.html)
+    if args.resume is None and resume.exists():
+        os.unlink(resume)
+    _print(result)
+    return 0 if result.met else 1
+
+
+def _print(result: AutoResult) -> None:
+    out = sys.stdout
+    out.write(f"{result.message}\n")
+    phases = ", ".join(f"{phase} {count}" for phase, count in result.evaluations.items())
+    out.write(f"evaluations: {phases} ({result.n_evaluations} in all)\n")
+    for node in result.exclude:
+        out.write(f"  {node}\n")

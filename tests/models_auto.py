@@ -1,0 +1,67 @@
+"""Models and data for the automatic flow's tests.
+
+* :func:`clipped_mlp` with :func:`clipped_inputs`: 2 % of the samples carry +-40 on one input channel,
+  the rest is standard normal, so the entropy calibrator clips the input at about 3 and those
+  samples (which dominate the output energy) saturate; minmax keeps them.
+* :func:`planted_cnn`: the small CNN whose ``conv2`` weights carry one 60.0 per output channel,
+  read from an input channel that is almost zero, so the per-channel weight scale rounds every
+  useful weight of ``conv2`` to zero; no calibrator can repair that, only keeping ``conv2`` out
+  of INT8 can.
+"""
+from __future__ import annotations
+
+import models
+import models_sensitivity
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+PLANTED = "conv2"
+
+
+def clipped_inputs(rng: np.random.Generator, n: int = 256) -> dict[str, np.ndarray]:
+    """``{"x": [n, 8]}``: standard normal, with channel 3 of every 50th sample (random) at +-40."""
+    x = rng.standard_normal((n, 8)).astype(np.float32)
+    rows = rng.choice(n, n // 50, replace=False)
+    x[rows, 3] = 40.0 * np.sign(rng.standard_normal(rows.size)).astype(np.float32)
+    return {"x": x}
+
+
+def clipped_mlp() -> onnx.ModelProto:
+    """``models.mlp()``: Gemm(8->16) -> Relu -> MatMul(16->4) -> Add (the input is what clips)."""
+    return models.mlp()
+
+
+def _set(model: onnx.ModelProto, name: str, change) -> None:  # noqa: ANN001
+    for init in model.graph.initializer:
+        if init.name == name:
+            init.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(init).copy()), name))
+
+
+def planted_cnn() -> onnx.ModelProto:
+    """``models_sensitivity.small_cnn()`` with ``conv2`` planted (see the module docstring)."""
+    model = models_sensitivity.small_cnn()
+
+    def quiet_channel(w: np.ndarray) -> np.ndarray:
+        w[0] *= 1e-3  # conv1's output channel 0 is almost zero ...
+        return w
+
+    def outlier(w: np.ndarray) -> np.ndarray:
+        w[:, 0, 1, 1] = 60.0  # ... and conv2 reads it with a weight that sets every channel's scale
+        return w
+
+    _set(model, "conv1.w", quiet_channel)
+    _set(model, "conv2.w", outlier)
+    return model
+
+
+def cnn_inputs(rng: np.random.Generator, n: int = 64) -> dict[str, np.ndarray]:
+    """``{"x": [n, 3, 8, 8]}`` standard normal."""
+    return {"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32)}
+
+
+def relative_accuracy(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+    """1 - ||y - y_fp32|| / ||y_fp32|| over every output (1.0 for the FP32 model)."""
+    error = sum(float(np.sum((outputs[k].astype(np.float64) - reference[k]) ** 2)) for k in reference)
+    energy = sum(float(np.sum(reference[k].astype(np.float64) ** 2)) for k in reference)
+    return 1.0 - float(np.sqrt(error / energy))

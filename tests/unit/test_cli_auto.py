@@ -1,0 +1,157 @@
+"""``quantdbg auto`` end to end: an evaluation command on the real models, the files it writes, exit
+status 0 (met) / 1 (not met) / 2 (bad input, one line), and its options' vocabularies."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from html import escape as html_escape
+
+import models_auto as ma
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from quantdbg.auto import REPAIRS, AutoResult, apply_recipe
+from quantdbg.cli import build_parser, main
+from quantdbg.cli._options import READY_METRICS
+from quantdbg.config import Precision
+from quantdbg.qdq import quantize
+from quantdbg.sensitivity import MODES
+
+SCORE = """\
+import sys
+import numpy as np
+import onnxruntime as ort
+x = np.load(sys.argv[2])["x"]
+ref = np.load(sys.argv[3])["y"]
+out = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+print(1 - np.linalg.norm(out - ref) / np.linalg.norm(ref))
+"""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The clipped MLP, its data, the FP32 outputs on the evaluation data and a scoring script."""
+    folder = tmp_path_factory.mktemp("auto")
+    rng = np.random.default_rng(0)
+    model = ma.clipped_mlp()
+    onnx.save(model, str(folder / "fp32.onnx"))
+    np.savez(folder / "calib.npz", **ma.clipped_inputs(rng))
+    evals = ma.clipped_inputs(rng)
+    np.savez(folder / "eval.npz", **evals)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.savez(folder / "ref.npz", y=session.run(None, evals)[0])
+    (folder / "score.py").write_text(SCORE)
+    return folder
+
+
+def _command(files) -> str:  # noqa: ANN001
+    return " ".join(shlex.quote(str(a)) for a in (sys.executable, files / "score.py")) + \
+        f" {{model}} {shlex.quote(str(files / 'eval.npz'))} {shlex.quote(str(files / 'ref.npz'))}"
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:  # noqa: ANN001
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_met_with_an_evaluation_command_exits_0(files, capsys, tmp_path):
+    out, plan, html = tmp_path / "mixed.onnx", tmp_path / "plan.json", tmp_path / "report.html"
+    code, stdout, err = _run(capsys, "auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval",
+                             files / "eval.npz", "--evaluate", _command(files), "--max-rel-loss", "5",
+                             "--out", out, "--plan", plan, "--html", html, "--no-progress")
+    assert code == 0, err
+    result = AutoResult.read(plan)
+    assert result.outcome == "repaired" and result.metric == "command"
+    assert result.fp32_value == pytest.approx(1.0)
+    assert result.int8_value < 0.5 and 0.95 <= result.final_value < 1.0
+    assert stdout.splitlines() == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in "
+                                                   "all)"]
+    assert stdout.startswith("INT8 repaired by calibrator meets relative loss <= 5 % of 1: command 0.9")
+    written = onnx.load(str(out))
+    again = apply_recipe(files / "fp32.onnx", files / "calib.npz", plan)
+    assert written.SerializeToString() == again.model.SerializeToString()
+    assert html_escape(result.message, quote=False) in html.read_text()
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["mixed.onnx", "plan.json", "report.html"]  # the .partial file is gone
+
+
+def test_not_met_exits_1_with_the_best_model_and_keeps_a_given_resume_file(files, capsys, tmp_path):
+    out, plan, resume = tmp_path / "mixed.onnx", tmp_path / "plan.json", tmp_path / "progress.json"
+    argv = ("auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval", files / "eval.npz",
+            "--metric", "sqnr", "--min-metric", "200", "--precision", "fp32", "--out", out, "--plan", plan,
+            "--resume", resume, "--repairs")
+    code, stdout, _ = _run(capsys, *argv)
+    assert code == 1
+    result = AutoResult.read(plan)
+    assert not result.met and result.repairs == () and stdout.splitlines()[0] == result.message
+    assert stdout.startswith("Missed metric >= 200: ")
+    assert out.is_file() and resume.is_file()
+    code, again, _ = _run(capsys, *argv)  # everything answered by the resume file
+    assert code == 1 and again == stdout
+
+
+def _error(capsys, *argv) -> str:  # noqa: ANN001
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in argv])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_bad_input_is_one_line_with_status_2(files, capsys, tmp_path):
+    base = ("auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval", files / "eval.npz")
+    outputs = ("--out", tmp_path / "m.onnx", "--plan", tmp_path / "p.json")
+    assert _error(capsys, *base, "--metric", "sqnr", *outputs) == (
+        "quantdbg auto: error: one of the arguments --max-rel-loss --min-metric is required (see `quantdbg "
+        "auto "
+        "--help`)\n")
+    assert _error(capsys, *base, "--max-rel-loss", "1", *outputs) == (
+        "quantdbg auto: error: one of the arguments --evaluate --metric --labels is required (see `quantdbg "
+        "auto "
+        "--help`)\n")
+    assert _error(capsys, *base, "--metric", "sqnr", "--max-rel-loss", "1", "--repairs", "bias", *outputs) \
+        .startswith("quantdbg auto: error: argument --repairs: invalid choice: 'bias' (choose from ")
+    cases = [
+        (("--metric", "sqnr", "--max-rel-loss", "1", *outputs),
+         "A relative-loss target needs a finite FP32 metric, but sqnr of the FP32 model is inf; give an "
+         "absolute "
+         "bound instead (FallbackTarget.min_metric, --min-metric)."),
+        (("--metric", "sqnr", "--min-metric", "30", "--out", tmp_path / "no" / "m.onnx", "--plan",
+          tmp_path / "p.json"),
+         f"--out '{tmp_path / 'no' / 'm.onnx'}': folder '{tmp_path / 'no'}' does not exist."),
+        (("--metric", "sqnr", "--min-metric", "30", "--max-fallback", "0", *outputs),
+         "--max-fallback is a percentage in (0, 100], got 0."),
+        (("--metric", "sqnr", "--min-metric", "30", "--batch-size", "0", *outputs),
+         "--batch-size must be >= 1, got 0."),
+        (("--evaluate", "python score.py", "--min-metric", "0.9", *outputs),
+         "The evaluation command 'python score.py' does not contain {model}; put {model} where the model "
+         "path goes, "
+         "e.g. 'python eval.py {model}'."),
+        (("--metric", "sqnr", "--lower-is-better", "--min-metric", "30", *outputs),
+         "--lower-is-better describes the --evaluate command's metric; add --evaluate CMD."),
+    ]
+    for extra, message in cases:
+        code, _, err = _run(capsys, *base, *extra)
+        assert (code, err) == (2, f"quantdbg auto: error: {message}\n")
+    quantize(files / "fp32.onnx", files / "calib.npz").save(tmp_path / "int8.onnx")
+    code, _, err = _run(capsys, "auto", tmp_path / "int8.onnx", *base[2:], "--metric", "sqnr", "--min-metric",
+                        "30", *outputs)
+    assert code == 2 and err.startswith("quantdbg auto: error: The model is already quantized: ")
+    assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["int8.onnx"]  # nothing written on bad input
+
+
+def _option(flag: str) -> argparse.Action:
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return next(a for a in commands.choices["auto"]._actions if flag in a.option_strings)
+
+
+def test_choices_are_the_library_vocabularies():
+    assert tuple(_option("--repairs").choices) == REPAIRS and _option("--repairs").default == list(REPAIRS)
+    assert tuple(_option("--mode").choices) == MODES
+    assert tuple(_option("--metric").choices) == READY_METRICS
+    assert tuple(_option("--precision").choices) == tuple(p.value for p in Precision)
