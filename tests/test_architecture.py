@@ -22,7 +22,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("sensitivity",),
     ("diagnostics",),
     ("fallback",),
-    ("auto",),
+    ("pipeline",),
     ("report",),
     ("demo",),
     ("cli",),

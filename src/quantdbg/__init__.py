@@ -30,20 +30,14 @@ _API: dict[str, tuple[str, ...]] = {
     "quantdbg.diagnostics": ("lint", "LintReport", "diagnose", "DoctorConfig", "DoctorReport"),
     "quantdbg.fallback": ("auto_fallback", "search_fallback", "FallbackConfig", "FallbackTarget",
                           "FallbackPlan"),
-    "quantdbg.auto": ("AutoConfig", "AutoResult"),
+    "quantdbg.pipeline": ("auto", "AutoConfig", "AutoResult"),
     "quantdbg.report": ("write_report", "load_result", "ReportBundle"),
     "quantdbg.demo": ("load_embedded", "run_demo"),
 }
 _EXPORTS = {name: module for module, names in _API.items() for name in names}
 
-# Packages that are API entries themselves: ``quantdbg.auto(...)`` runs the automatic flow, and
-# ``quantdbg.auto.apply_recipe`` is one of its functions.
-_CALLABLE_PACKAGES = ("auto",)
-
 
 def __getattr__(name: str) -> Any:
-    if name in _CALLABLE_PACKAGES:
-        return importlib.import_module(f"quantdbg.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'quantdbg' has no attribute {name!r}")
@@ -51,7 +45,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, *_CALLABLE_PACKAGES})
+    return sorted({*globals(), *_EXPORTS})
 
 
-__all__ = sorted([*_EXPORTS, *_CALLABLE_PACKAGES])
+__all__ = sorted(_EXPORTS)

@@ -8,7 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantdbg.auto import (
+from quantdbg.calibration import PercentileConfig, SmoothingConfig
+from quantdbg.config import CalibConfig, Precision, QuantConfig
+from quantdbg.errors import ConfigError, FormatError
+from quantdbg.fallback import FallbackConfig
+from quantdbg.pipeline import (
     REPAIRS,
     AutoConfig,
     CalibratorRepairConfig,
@@ -18,10 +22,6 @@ from quantdbg.auto import (
     SmoothQuantRepairConfig,
     TensorChoice,
 )
-from quantdbg.calibration import PercentileConfig, SmoothingConfig
-from quantdbg.config import CalibConfig, Precision, QuantConfig
-from quantdbg.errors import ConfigError, FormatError
-from quantdbg.fallback import FallbackConfig
 from quantdbg.sensitivity import SensitivityConfig
 
 

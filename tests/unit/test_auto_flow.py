@@ -14,11 +14,11 @@ import onnx
 import pytest
 
 import quantdbg
-from quantdbg.auto import AutoConfig, AutoRecipe, read_recipe
 from quantdbg.config import Precision, TensorKind
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import ModelFunction, OutputFunction
 from quantdbg.fallback import FallbackConfig, FallbackTarget
+from quantdbg.pipeline import AutoConfig, AutoRecipe, read_recipe
 
 CONFIG = AutoConfig(threads=1, fallback=FallbackConfig(precision=Precision.FP32))
 
@@ -70,9 +70,9 @@ def test_the_recipe_reapplied_to_a_reexport_gives_byte_identical_scales(clipped,
     path = result.write(tmp_path / "plan.json")
     recipe = read_recipe(path)
     assert recipe == result.recipe == AutoRecipe.from_dict(json.loads(json.dumps(result.recipe.to_dict())))
-    again = quantdbg.auto.apply_recipe(reexport, calib, recipe, batch_size=7)
+    again = quantdbg.pipeline.apply_recipe(reexport, calib, recipe, batch_size=7)
     assert _scales(again) == _scales(result.model)
-    same = quantdbg.auto.apply_recipe(model, calib, path)
+    same = quantdbg.pipeline.apply_recipe(model, calib, path)
     assert same.model.SerializeToString() == result.model.model.SerializeToString()
 
 
@@ -96,7 +96,7 @@ def test_when_repair_is_not_enough_the_planted_layer_falls_back(planted):
     assert not smoothquant.applied and "no activation read by a MatMul/Gemm node has outlier channels" \
         in smoothquant.reason
     assert result.evaluations["search"] == result.plan.n_evaluations + 1  # + the search's verification
-    again = quantdbg.auto.apply_recipe(model, calib, result.recipe)
+    again = quantdbg.pipeline.apply_recipe(model, calib, result.recipe)
     assert again.model.SerializeToString() == result.model.model.SerializeToString()
     assert again.excluded == (ma.PLANTED,) and again.excluded_precision is Precision.FP32
 
@@ -204,10 +204,9 @@ def test_target_and_metric_must_agree(clipped):
                               "--min-metric).")
 
 
-def test_quantdbg_auto_is_the_callable_package():
-    import quantdbg.auto as package
+def test_quantdbg_auto_is_the_pipeline_function():
+    from quantdbg import pipeline
 
-    assert quantdbg.auto is package and callable(package) and "auto" in quantdbg.__all__
-    assert quantdbg.AutoConfig is package.AutoConfig and quantdbg.AutoResult is package.AutoResult
-    assert package.apply_recipe.__module__ == "quantdbg.auto.recipe"
-    assert type(package).__call__.__doc__.startswith("Runs the automatic flow")
+    assert quantdbg.auto is pipeline.auto and "auto" in quantdbg.__all__
+    assert quantdbg.AutoConfig is pipeline.AutoConfig and quantdbg.AutoResult is pipeline.AutoResult
+    assert pipeline.apply_recipe.__module__ == "quantdbg.pipeline.recipe"

@@ -8,7 +8,12 @@ import models_sensitivity as ms
 import numpy as np
 import pytest
 
-from quantdbg.auto import (
+from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+from quantdbg.config import CalibConfig
+from quantdbg.errors import ConfigError, FormatError
+from quantdbg.evaluation import ModelFunction, OutputFunction, OutputMetric, Top1Agreement
+from quantdbg.fallback import FallbackTarget
+from quantdbg.pipeline import (
     AutoProgress,
     EvaluationRecord,
     Journal,
@@ -19,11 +24,6 @@ from quantdbg.auto import (
     fingerprint,
     model_key,
 )
-from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.config import CalibConfig
-from quantdbg.errors import ConfigError, FormatError
-from quantdbg.evaluation import ModelFunction, OutputFunction, OutputMetric, Top1Agreement
-from quantdbg.fallback import FallbackTarget
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import VariantEvaluator, VariantResult
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import quantdbg
-from quantdbg.auto import AutoConfig, AutoRecipe, SmoothQuantRepairConfig, apply_recipe, read_recipe
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.errors import FormatError, ModelError
 from quantdbg.fallback import FallbackConfig, FallbackTarget
+from quantdbg.pipeline import AutoConfig, AutoRecipe, SmoothQuantRepairConfig, apply_recipe, read_recipe
 
 
 @pytest.fixture(scope="module")

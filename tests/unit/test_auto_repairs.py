@@ -10,7 +10,12 @@ import models_smoothing as msm
 import numpy as np
 import pytest
 
-from quantdbg.auto import (
+from quantdbg.calibration import SmoothingConfig, calibrate, get_calibrator
+from quantdbg.config import CalibConfig, TensorKind
+from quantdbg.data import ArrayData
+from quantdbg.evaluation import OutputMetric
+from quantdbg.model import as_loaded
+from quantdbg.pipeline import (
     REPAIR_PASSES,
     AutoConfig,
     AutoContext,
@@ -20,11 +25,6 @@ from quantdbg.auto import (
     SmoothQuantRepairConfig,
     with_per_tensor,
 )
-from quantdbg.calibration import SmoothingConfig, calibrate, get_calibrator
-from quantdbg.config import CalibConfig, TensorKind
-from quantdbg.data import ArrayData
-from quantdbg.evaluation import OutputMetric
-from quantdbg.model import as_loaded
 from quantdbg.quant_math import nsr
 
 ONE_THREAD = AutoConfig(threads=1)

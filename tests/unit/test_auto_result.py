@@ -9,9 +9,9 @@ import re
 import pytest
 
 from quantdbg import report
-from quantdbg.auto import AutoRecipe, AutoResult, RepairRecord, TensorChoice
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.fallback import FallbackEvaluation, FallbackPlan, FallbackTarget
+from quantdbg.pipeline import AutoRecipe, AutoResult, RepairRecord, TensorChoice
 
 TARGET = FallbackTarget.max_relative_loss(1.0, reference=0.9)
 CHOICE = TensorChoice("x", "entropy", "minmax", 3.2, 40.0, 1.5, 30.2)

@@ -13,10 +13,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from quantdbg.auto import REPAIRS, AutoResult, apply_recipe
 from quantdbg.cli import build_parser, main
 from quantdbg.cli._options import READY_METRICS
 from quantdbg.config import Precision
+from quantdbg.pipeline import REPAIRS, AutoResult, apply_recipe
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import MODES
 

@@ -14,7 +14,6 @@ import os
 import sys
 from pathlib import Path
 
-from quantdbg.auto import REPAIRS, AutoConfig, AutoResult, run_auto
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli._options import READY_METRICS, check_out, eval_data, task_metric
 from quantdbg.config import CalibConfig, Precision, QuantConfig
@@ -23,6 +22,7 @@ from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
 from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.model import as_loaded, input_specs
+from quantdbg.pipeline import REPAIRS, AutoConfig, AutoResult, auto
 from quantdbg.report import write_report
 from quantdbg.sensitivity import MODES, SensitivityConfig
 
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
     existed = resume.exists()
     try:
-        result = run_auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
+        result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
                           config=config)
     except ConfigError:
         # Settings that must change leave nothing to resume; other failures (a command that crashed,

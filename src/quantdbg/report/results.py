@@ -3,7 +3,7 @@
 A report renders any of :class:`~quantdbg.calibration.CalibrationResult`,
 :class:`~quantdbg.sensitivity.SensitivityReport`, :class:`~quantdbg.fallback.FallbackPlan`,
 :class:`~quantdbg.diagnostics.LintReport`, :class:`~quantdbg.diagnostics.DoctorReport`,
-:class:`~quantdbg.auto.AutoResult`, or a :class:`ReportBundle` of several. Its JSON is the result's
+:class:`~quantdbg.pipeline.AutoResult`, or a :class:`ReportBundle` of several. Its JSON is the result's
 own ``to_dict()``, which :func:`load_result` reads back.
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from quantdbg import _display, _json
-from quantdbg.auto import AutoResult
 from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, Evidence, LintReport
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackPlan
+from quantdbg.pipeline import AutoResult
 from quantdbg.sensitivity import SensitivityReport
 
 ResultKind = Literal["calibration", "sensitivity", "fallback", "lint", "doctor", "auto", "bundle"]

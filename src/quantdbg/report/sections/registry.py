@@ -4,10 +4,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from quantdbg.auto import AutoResult
 from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, LintReport
 from quantdbg.fallback import FallbackPlan
+from quantdbg.pipeline import AutoResult
 from quantdbg.report.results import ReportBundle, kind_of
 from quantdbg.report.sections.auto import auto_sections
 from quantdbg.report.sections.base import Section

@@ -13,9 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from quantdbg.auto.config import AutoConfig, Phase
-from quantdbg.auto.journal import Journal, JournaledEvaluator, analysis_metric, digest, model_key
-from quantdbg.auto.records import ChannelRange, SmoothingStep
 from quantdbg.calibration import (
     CalibrationResult,
     CollectConfig,
@@ -27,6 +24,9 @@ from quantdbg.config import CalibConfig
 from quantdbg.data import CalibrationData
 from quantdbg.evaluation import TaskMetric
 from quantdbg.model import LoadedModel
+from quantdbg.pipeline.config import AutoConfig, Phase
+from quantdbg.pipeline.journal import Journal, JournaledEvaluator, analysis_metric, digest, model_key
+from quantdbg.pipeline.records import ChannelRange, SmoothingStep
 from quantdbg.placement import QdqPlan, plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
 from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity, default_runner_factory

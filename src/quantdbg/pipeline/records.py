@@ -10,8 +10,8 @@ import numpy as np
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.auto.config import Repair
 from quantdbg.calibration import Migration, SmoothingConfig
+from quantdbg.pipeline.config import Repair
 
 
 @dataclass(frozen=True)

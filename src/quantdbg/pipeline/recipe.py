@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.auto.records import RepairRecord, SmoothingStep
 from quantdbg.calibration import apply_smoothing, calibrate
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource, as_model_data
 from quantdbg.model import ModelSource, as_loaded
+from quantdbg.pipeline.records import RepairRecord, SmoothingStep
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq, remove_qdq
 

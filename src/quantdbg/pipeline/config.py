@@ -12,7 +12,7 @@ from quantdbg.errors import ConfigError, check_choice
 from quantdbg.fallback import FallbackConfig
 
 Repair = Literal["calibrator", "smoothquant"]
-"""An INT8 repair the flow tries before any layer leaves INT8 (see :mod:`quantdbg.auto.repairs`)."""
+"""An INT8 repair the flow tries before any layer leaves INT8 (see :mod:`quantdbg.pipeline.repairs`)."""
 
 REPAIRS: tuple[Repair, ...] = get_args(Repair)
 """Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices)."""
@@ -23,7 +23,7 @@ Phase = Literal["reference", "int8", "calibrator", "smoothquant", "rank", "searc
 PHASES: tuple[Phase, ...] = get_args(Phase)
 
 Outcome = Literal["int8", "repaired", "fallback", "spread", "unreachable", "verification_failed"]
-"""How the flow ended (see :class:`~quantdbg.auto.result.AutoResult`)."""
+"""How the flow ended (see :class:`~quantdbg.pipeline.result.AutoResult`)."""
 
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 MET_OUTCOMES: tuple[Outcome, ...] = ("int8", "repaired", "fallback")
@@ -37,7 +37,7 @@ def _check_min_improvement(owner: str, value: float) -> None:
 
 @dataclass(frozen=True)
 class CalibratorRepairConfig(Serializable):
-    """The per-tensor calibrator choice (:class:`~quantdbg.auto.repairs.CalibratorRepair`).
+    """The per-tensor calibrator choice (:class:`~quantdbg.pipeline.repairs.CalibratorRepair`).
 
     Each activation tensor gets the registered calibrator whose range gives the layers reading it
     the best local output SQNR (the sensitivity evidence, :func:`quantdbg.sensitivity.suggest_calibrators`);
@@ -60,7 +60,7 @@ class CalibratorRepairConfig(Serializable):
 @dataclass(frozen=True)
 class SmoothQuantRepairConfig(Serializable):
     """SmoothQuant on the MatMul/Gemm nodes whose activations carry outlier channels
-    (:class:`~quantdbg.auto.repairs.SmoothQuantRepair`).
+    (:class:`~quantdbg.pipeline.repairs.SmoothQuantRepair`).
 
     Attributes:
         smoothing: Strength, op types and node selection (its ``nodes`` are narrowed to the nodes

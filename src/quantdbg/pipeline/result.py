@@ -9,10 +9,10 @@ from typing import Any
 
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
-from quantdbg.auto.config import MET_OUTCOMES, Outcome, Phase
-from quantdbg.auto.recipe import AutoRecipe
-from quantdbg.auto.records import RepairRecord
 from quantdbg.fallback import FallbackEvaluation, FallbackPlan, FallbackTarget
+from quantdbg.pipeline.config import MET_OUTCOMES, Outcome, Phase
+from quantdbg.pipeline.recipe import AutoRecipe
+from quantdbg.pipeline.records import RepairRecord
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport
 
@@ -43,7 +43,7 @@ class AutoResult(_Fields, Serializable):
     """The result of :func:`quantdbg.auto` (the ``quantdbg.auto/1`` document; ``quantdbg auto --plan``).
 
     Its JSON form holds every field but the model, plus the derived ``met``, ``message`` and
-    ``exclude``; the ``recipe`` section re-applies with :func:`quantdbg.auto.apply_recipe`.
+    ``exclude``; the ``recipe`` section re-applies with :func:`quantdbg.pipeline.apply_recipe`.
 
     Attributes:
         outcome: ``"int8"`` (the default INT8 model meets the target), ``"repaired"`` (the INT8 model

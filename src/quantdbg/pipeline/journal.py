@@ -30,14 +30,14 @@ import onnx
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.auto.config import PHASES, Phase
-from quantdbg.auto.records import ChannelRange
 from quantdbg.backends import RunnerFactory
 from quantdbg.calibration import CalibrationResult
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.evaluation import Comparison, OutputMetric, TaskMetric
 from quantdbg.model import ModelSource
+from quantdbg.pipeline.config import PHASES, Phase
+from quantdbg.pipeline.records import ChannelRange
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, VariantResult
 

@@ -5,18 +5,14 @@ verify and report, in one call (``quantdbg.auto(...)``, ``quantdbg auto``).
 ``journal`` (finished passes and evaluations, the resume file) -> ``context`` (the data, metric and
 models on the way) -> ``repairs`` (the INT8 repairs, each a pass with a frozen config and an
 ``apply``) -> ``recipe`` (the decisions as JSON, :func:`apply_recipe`) -> ``result``
-(:class:`AutoResult`) -> ``flow`` (:func:`run_auto`).
+(:class:`AutoResult`) -> ``flow`` (:func:`auto`).
 
-The package itself is callable: ``quantdbg.auto(model, calib, evals, target)`` is
-:func:`run_auto`, and ``quantdbg.auto.apply_recipe`` re-applies a recipe.
+``quantdbg.auto(model, calib, evals, target)`` is :func:`auto`; :func:`apply_recipe` re-applies a
+recipe to a re-exported model.
 """
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
-from quantdbg.auto.config import (
+from quantdbg.pipeline.config import (
     MET_OUTCOMES,
     OUTCOMES,
     PHASES,
@@ -28,9 +24,9 @@ from quantdbg.auto.config import (
     Repair,
     SmoothQuantRepairConfig,
 )
-from quantdbg.auto.context import AutoContext, Stage
-from quantdbg.auto.flow import run_auto
-from quantdbg.auto.journal import (
+from quantdbg.pipeline.context import AutoContext, Stage
+from quantdbg.pipeline.flow import auto
+from quantdbg.pipeline.journal import (
     AutoProgress,
     EvaluationRecord,
     Journal,
@@ -41,9 +37,9 @@ from quantdbg.auto.journal import (
     fingerprint,
     model_key,
 )
-from quantdbg.auto.recipe import AutoRecipe, apply_recipe, read_recipe
-from quantdbg.auto.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
-from quantdbg.auto.repairs import (
+from quantdbg.pipeline.recipe import AutoRecipe, apply_recipe, read_recipe
+from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
+from quantdbg.pipeline.repairs import (
     REPAIR_PASSES,
     CalibratorRepair,
     Proposal,
@@ -51,26 +47,12 @@ from quantdbg.auto.repairs import (
     SmoothQuantRepair,
     with_per_tensor,
 )
-from quantdbg.auto.result import AutoResult
+from quantdbg.pipeline.result import AutoResult
 
 __all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "REPAIR_PASSES", "AutoConfig", "AutoContext",
            "AutoProgress", "AutoRecipe", "AutoResult", "CalibratorRepair", "CalibratorRepairConfig",
            "ChannelRange", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric",
            "JournaledScores", "Outcome", "Phase", "Proposal", "Repair", "RepairPass", "RepairRecord",
            "SmoothQuantRepair", "SmoothQuantRepairConfig", "SmoothingStep", "Stage", "TensorChoice",
-           "analysis_metric", "apply_recipe", "fingerprint", "model_key", "read_recipe", "run_auto",
+           "analysis_metric", "apply_recipe", "fingerprint", "model_key", "read_recipe", "auto",
            "with_per_tensor"]
-
-
-class _CallableModule(types.ModuleType):
-    """This package, callable: ``quantdbg.auto(...)`` is :func:`run_auto` (see its docstring)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> AutoResult:
-        """Runs the automatic flow: ``quantdbg.auto(model, calib, evals, target, metric=..., config=...)``.
-
-        See :func:`run_auto` for the arguments, the result and the errors.
-        """
-        return run_auto(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,6 +1,6 @@
 """The INT8 repairs tried before any layer leaves INT8: each a pass with a frozen config and an ``apply``.
 
-A pass looks at a :class:`~quantdbg.auto.context.Stage` and proposes a repaired one
+A pass looks at a :class:`~quantdbg.pipeline.context.Stage` and proposes a repaired one
 (:class:`Proposal`), or says why it does not apply; the flow evaluates the proposal and keeps it only
 when the task metric improves.
 
@@ -20,17 +20,17 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
 
-from quantdbg.auto.config import (
+from quantdbg.calibration import Migration, SmoothingConfig, apply_smoothing, recalibrate, smoothing_targets
+from quantdbg.config import CalibConfig, CalibratorSpec, TensorKind
+from quantdbg.model import LoadedModel, as_loaded
+from quantdbg.pipeline.config import (
     AutoConfig,
     CalibratorRepairConfig,
     Repair,
     SmoothQuantRepairConfig,
 )
-from quantdbg.auto.context import AutoContext, Stage
-from quantdbg.auto.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
-from quantdbg.calibration import Migration, SmoothingConfig, apply_smoothing, recalibrate, smoothing_targets
-from quantdbg.config import CalibConfig, CalibratorSpec, TensorKind
-from quantdbg.model import LoadedModel, as_loaded
+from quantdbg.pipeline.context import AutoContext, Stage
+from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
 from quantdbg.sensitivity import SensitivityReport, suggest_calibrators
 
 

@@ -3,7 +3,7 @@
 1. calibrate: the default calibration, with a histogram kept for every tensor (one pass, two when
    the default calibrator needs no histograms), and the default INT8 model;
 2. evaluate the FP32 model and the default INT8 model on the task metric;
-3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.auto.repairs`), kept only
+3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`), kept only
    when the task metric improves; stop as soon as the target holds;
 4. rank: the sensitivity of the repaired model (reused when no repair was kept);
 5. search: :func:`quantdbg.fallback.auto_fallback` from the repaired model, verified on the real
@@ -19,18 +19,18 @@ import math
 import time
 from dataclasses import replace
 
-from quantdbg.auto.config import AutoConfig, Outcome
-from quantdbg.auto.context import AutoContext, Stage
-from quantdbg.auto.journal import Journal, JournaledMetric, fingerprint
-from quantdbg.auto.recipe import AutoRecipe
-from quantdbg.auto.records import RepairRecord
-from quantdbg.auto.repairs import REPAIR_PASSES
-from quantdbg.auto.result import AutoResult
 from quantdbg.data import DataSource, as_model_data
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_metric
 from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
 from quantdbg.model import LoadedModel, ModelSource, as_loaded
+from quantdbg.pipeline.config import AutoConfig, Outcome
+from quantdbg.pipeline.context import AutoContext, Stage
+from quantdbg.pipeline.journal import Journal, JournaledMetric, fingerprint
+from quantdbg.pipeline.recipe import AutoRecipe
+from quantdbg.pipeline.records import RepairRecord
+from quantdbg.pipeline.repairs import REPAIR_PASSES
+from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity import VariantEvaluator
 
@@ -42,7 +42,7 @@ Values = tuple[float, ...]
 """FP32, default INT8, repaired (and final) task-metric values."""
 
 
-def run_auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, target: FallbackTarget, *,
+def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, target: FallbackTarget, *,
              metric: TaskMetric | MetricName = "sqnr", config: AutoConfig = _DEFAULT) -> AutoResult:
     """Quantizes ``model`` to INT8, repairs it, and keeps the fewest layers out of INT8 to meet ``target``.
 
@@ -199,4 +199,4 @@ class _Flow:
                           None if found is None else found.plan, model=model)
 
 
-__all__ = ["run_auto"]
+__all__ = ["auto"]
