@@ -5,6 +5,7 @@ streaming the planned activations into collectors) -> ``calibrators`` (statistic
 a registry) -> ``ranges`` (:func:`calibrate`). ``smoothing`` is the SmoothQuant-style rewrite
 that moves activation outliers into weights before calibration.
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.calibration.calibrators import (
     Calibrator,
     EntropyConfig,
@@ -43,13 +44,4 @@ from quantdbg.calibration.smoothing import (
 )
 from quantdbg.calibration.stats import HIST_OVERSAMPLE, BinnedHistogram, Collector, TensorStats, merge_stats
 
-__all__ = [
-    "HIST_OVERSAMPLE", "ActivationStream", "BinnedHistogram", "CalibrationResult", "Calibrator",
-    "CalibratorComparison", "compare_calibrators", "histogram_sqnr",
-    "ChannelAbsmax", "CollectConfig", "Collected", "Collector", "EntropyConfig", "Migration", "MinMaxConfig",
-    "MseConfig", "PercentileConfig", "Placement", "SkippedNode", "SmoothOp", "SmoothingConfig",
-    "SmoothingResult", "TensorRange", "TensorStats",
-    "apply_smoothing", "available_calibrators", "calibrate", "calibrator_amaxes", "calibrator_name",
-    "collect_channel_absmax", "collect_stats", "expose_tensors", "get_calibrator", "merge_stats",
-    "recalibrate", "register_calibrator", "smooth", "smoothing_scales", "smoothing_targets",
-]
+__all__ = _public_names(globals())

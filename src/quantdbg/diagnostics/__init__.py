@@ -6,6 +6,7 @@ Both speak one language (:mod:`~quantdbg.diagnostics.findings`): a :class:`Findi
 (:mod:`~quantdbg.diagnostics.qdq_graph`); the doctor's checks are a registry of one module each
 (:mod:`~quantdbg.diagnostics.checks`).
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.checks.calibration_size import (
     ChunkedStats,
@@ -58,15 +59,4 @@ from quantdbg.diagnostics.linter import LINT_SEVERITIES, LintReport, lint
 from quantdbg.diagnostics.qdq_graph import CLIP_TOLERANCE, WeightQuantization, weight_quantization
 from quantdbg.model import WEIGHTED_OPS
 
-__all__ = [
-    "ALIGNMENT", "CHECKS", "CHECK_REGISTRY", "CLIP_TOLERANCE", "FAIL_ON", "FLOAT_ONLY_OPS",
-    "INT8_CAPABLE_OPS", "LINT_SEVERITIES", "NO_EVIDENCE", "RULES", "WEIGHTED_OPS", "Cell", "Check",
-    "CheckContext", "CheckName", "CheckOutcome", "CheckRun", "ChunkedStats", "Confirmation", "DoctorConfig",
-    "DoctorReport", "Evidence", "Finding", "LayerConfirmation", "LintReport", "MixedRange", "Rule",
-    "RunStatus", "ScaleStability", "Severity", "WeightQuantization", "WeightZeroing", "bootstrap_stability",
-    "check_calibration_size", "check_calibrator_disagreement", "check_folded_weights", "check_mixed_ranges",
-    "check_qdq_fusion", "check_sensitive_layers", "check_weight_zeroing", "collect_chunked",
-    "confirm_layers", "diagnose", "fail_threshold", "folded_evidence", "format_cell", "format_text",
-    "layer_sqnr", "lint", "markdown_cell", "mixed_ranges", "reaches", "severity_counts", "sort_findings",
-    "weight_quantization", "weight_zeroing", "zeroing_evidence",
-]
+__all__ = _public_names(globals())

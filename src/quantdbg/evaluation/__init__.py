@@ -1,5 +1,6 @@
 """Evaluation: how a variant's outputs compare with FP32 (output metrics) and what the user's task
 says of it (task metrics: accuracy, a callable, an external command)."""
+from quantdbg._exports import public_names as _public_names
 from quantdbg.evaluation.metrics import (
     METRIC_NAMES,
     Comparison,
@@ -23,7 +24,4 @@ from quantdbg.evaluation.task import (
     parse_metric_line,
 )
 
-__all__ = ["METRIC_NAMES", "Accuracy", "CommandMetric", "Comparison", "MetricAccumulator", "MetricName",
-           "ModelFunction", "OutputFunction", "OutputMetric", "OutputMetrics", "TaskMetric", "Top1Agreement",
-           "as_task_metric", "compare_arrays", "compare_outputs", "concat_batches",
-           "metrics_from_sums", "parse_metric_line"]
+__all__ = _public_names(globals())

@@ -6,6 +6,7 @@ strategies: ``ranked`` gallop/bisect/prune, or ``group`` testing after a short g
 ``quantdbg.fallback_plan/2`` document, with ModelOpt's and TensorRT's settings) -> ``mixed`` (the
 mixed-precision model); ``auto`` chains ranking, search and verification on the real model.
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.fallback.auto import FallbackResult, auto_fallback
 from quantdbg.fallback.budget import (
     GALLOP_SHARE,
@@ -31,8 +32,4 @@ from quantdbg.fallback.plan import (
 from quantdbg.fallback.search import search_fallback
 from quantdbg.fallback.target import TARGET_KINDS, FallbackTarget, TargetKind
 
-__all__ = ["GALLOP_SHARE", "PLAN_STATUSES", "PURPOSES", "STRATEGIES", "TARGET_KINDS", "FallbackConfig",
-           "FallbackEvaluation", "FallbackPlan", "FallbackResult", "FallbackTarget", "PlanStatus", "Purpose",
-           "SearchConfig", "Strategy", "TargetKind", "TensorRTSettings", "auto_fallback", "default_budget",
-           "gallop_sizes", "group_testing_bound", "planned_culprits", "search_bound", "search_fallback",
-           "write_mixed_model"]
+__all__ = _public_names(globals())

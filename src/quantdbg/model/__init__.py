@@ -9,6 +9,7 @@
 * :mod:`~quantdbg.model.specs`: graph input and output specs;
 * :mod:`~quantdbg.model.save`: atomic saving.
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.model.graph import constant_values, to_graph, to_model
 from quantdbg.model.load import (
     MIN_OPSET,
@@ -33,10 +34,4 @@ from quantdbg.model.weights import (
     summarize_folded,
 )
 
-__all__ = [
-    "MIN_OPSET", "QUANTIZED_OP_TYPES", "WEIGHTED_OPS", "FoldedWeight", "LoadedModel", "ModelSource",
-    "TensorSpec", "UniqueNames", "as_loaded", "check_node_globs", "computed_constants", "constant_tensors",
-    "constant_values", "fits_in_protobuf", "fold_weights", "input_specs", "load_model", "name_graph_nodes",
-    "name_nodes", "node_names", "opset_of", "output_specs", "quantized_nodes", "save_model",
-    "summarize_folded", "to_graph", "to_model",
-]
+__all__ = _public_names(globals())

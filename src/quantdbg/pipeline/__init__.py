@@ -12,6 +12,7 @@ recipe to a re-exported model.
 """
 from __future__ import annotations
 
+from quantdbg._exports import public_names as _public_names
 from quantdbg.pipeline.config import (
     MET_OUTCOMES,
     OUTCOMES,
@@ -49,10 +50,4 @@ from quantdbg.pipeline.repairs import (
 )
 from quantdbg.pipeline.result import AutoResult
 
-__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "REPAIR_PASSES", "AutoConfig", "AutoContext",
-           "AutoProgress", "AutoRecipe", "AutoResult", "CalibratorRepair", "CalibratorRepairConfig",
-           "ChannelRange", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric",
-           "JournaledScores", "Outcome", "Phase", "Proposal", "Repair", "RepairPass", "RepairRecord",
-           "SmoothQuantRepair", "SmoothQuantRepairConfig", "SmoothingStep", "Stage", "TensorChoice",
-           "analysis_metric", "apply_recipe", "fingerprint", "model_key", "read_recipe", "auto",
-           "with_per_tensor"]
+__all__ = _public_names(globals())

@@ -5,6 +5,7 @@ about each kind, one module per kind, dispatched on the result's class) -> ``htm
 (formats) -> ``render`` (files, DataFrames); ``plots`` draws the figures, ``display`` registers the
 notebook renderers.
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.report.html import render_html, repr_html
 from quantdbg.report.markdown import render_markdown
 from quantdbg.report.render import WrittenReport, to_dataframe, write_report
@@ -23,7 +24,4 @@ from quantdbg.report.results import (
 from quantdbg.report.sections.base import Plot, Section, Table
 from quantdbg.report.sections.registry import sections_of
 
-__all__ = ["KINDS", "PRIMARY_TABLE", "Plot", "ReportBundle", "ResultKind", "Section", "Table",
-           "WrittenReport", "kind_of", "load_result", "render_html", "render_json", "render_markdown",
-           "report_title", "repr_html", "result_from_dict", "result_types", "sections_of", "to_dataframe",
-           "write_report"]
+__all__ = _public_names(globals())

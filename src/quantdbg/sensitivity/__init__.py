@@ -8,6 +8,7 @@ fuses that ranking with the mode's and measures their agreement) -> ``measuremen
 (SensitivityReport); ``analyze`` runs them in that order, and ``suggest`` turns a report's evidence
 into per-tensor calibrator choices.
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.sensitivity.analyze import analyze_sensitivity
 from quantdbg.sensitivity.config import (
     EVIDENCE_BATCHES,
@@ -33,9 +34,4 @@ from quantdbg.sensitivity.report import LayerSensitivity, QuantizedInput, Sensit
 from quantdbg.sensitivity.resume import SweepProgress
 from quantdbg.sensitivity.suggest import suggest_calibrators
 
-__all__ = ["EVIDENCE_BATCHES", "FUSION_K", "MODES", "MODE_FUNCTIONS", "OUTPUT_SAMPLES", "OUTPUT_SPACE_MODES",
-           "TOP_K", "LayerEvidence", "LayerSensitivity", "Mode", "OutputSpace", "QuantizedInput",
-           "RankAgreement", "SensitivityConfig", "SensitivityReport", "SweepProgress", "TensorError",
-           "VariantEvaluator", "VariantResult", "analyze_sensitivity", "default_runner_factory",
-           "fuse_rankings", "measure_output_space", "rank_agreement", "rank_correlation",
-           "suggest_calibrators"]
+__all__ = _public_names(globals())

@@ -6,6 +6,7 @@ Modules, in the order data flows: ``config`` (TrtConfig, ShapeRange, the optimiz
 cache -> serialized engine), ``inspector`` (engine inspector JSON -> per-layer precision), ``runner``
 (TrtRunner, device buffers, latency) and ``commands`` (the same build as trtexec / Polygraphy commands).
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.backends.tensorrt.bindings import unavailable_reason
 from quantdbg.backends.tensorrt.build import build_engine
 from quantdbg.backends.tensorrt.commands import (
@@ -25,7 +26,4 @@ from quantdbg.backends.tensorrt.inspector import (
 )
 from quantdbg.backends.tensorrt.runner import LatencyResult, TrtRunner
 
-__all__ = ["BuildCommands", "EngineBuildSpec", "LatencyResult", "LayerPrecision", "ShapeRange", "TrtConfig",
-           "TrtRunner", "build_commands", "build_engine", "parse_engine_info", "polygraphy_convert_command",
-           "polygraphy_run_command", "precision_counts", "resolve_profile", "trtexec_command",
-           "type_of_format", "unavailable_reason"]
+__all__ = _public_names(globals())

@@ -3,6 +3,7 @@
 Built in: ``minmax``, ``entropy``, ``percentile``, ``mse``. Others register through
 :func:`register_calibrator` or the entry-point group ``quantdbg.calibrators``.
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.calibration.calibrators.base import (
     Calibrator,
     CalibratorProtocol,
@@ -19,9 +20,4 @@ from quantdbg.calibration.calibrators.minmax import MinMaxCalibrator, MinMaxConf
 from quantdbg.calibration.calibrators.mse import MseCalibrator, MseConfig
 from quantdbg.calibration.calibrators.percentile import PercentileCalibrator, PercentileConfig
 
-__all__ = [
-    "Calibrator", "CalibratorProtocol", "EntropyCalibrator", "EntropyConfig", "HistogramCalibrator",
-    "MinMaxCalibrator", "MinMaxConfig", "MseCalibrator", "MseConfig", "PercentileCalibrator",
-    "PercentileConfig", "QParams", "TensorRange", "available_calibrators", "calibrator_name",
-    "get_calibrator", "register_calibrator",
-]
+__all__ = _public_names(globals())

@@ -24,12 +24,11 @@ Typical use::
     result = smooth(model, "calib.npz", SmoothingConfig(alpha=0.8))
     qmodel = quantdbg.quantize(result.model, "calib.npz", CalibConfig("minmax"))
 """
+from quantdbg._exports import public_names as _public_names
 from quantdbg.calibration.smoothing.apply import apply_smoothing, smooth, smoothing_targets
 from quantdbg.calibration.smoothing.config import SmoothingConfig, SmoothOp
 from quantdbg.calibration.smoothing.measure import ChannelAbsmax, collect_channel_absmax
 from quantdbg.calibration.smoothing.migrate import smoothing_scales
 from quantdbg.calibration.smoothing.result import Migration, Placement, SkippedNode, SmoothingResult
 
-__all__ = ["ChannelAbsmax", "Migration", "Placement", "SkippedNode", "SmoothOp", "SmoothingConfig",
-           "SmoothingResult", "apply_smoothing", "collect_channel_absmax", "smooth", "smoothing_scales",
-           "smoothing_targets"]
+__all__ = _public_names(globals())
