@@ -10,28 +10,32 @@
 * :mod:`~quantdbg.model.save`: atomic saving.
 """
 from quantdbg._exports import public_names as _public_names
-from quantdbg.model.graph import constant_values, to_graph, to_model
-from quantdbg.model.load import (
-    MIN_OPSET,
-    QUANTIZED_OP_TYPES,
-    LoadedModel,
-    ModelSource,
-    as_loaded,
-    fits_in_protobuf,
-    load_model,
-    opset_of,
-    quantized_nodes,
-)
-from quantdbg.model.names import UniqueNames, check_node_globs, name_graph_nodes, name_nodes, node_names
-from quantdbg.model.save import save_model
-from quantdbg.model.specs import TensorSpec, input_specs, output_specs
-from quantdbg.model.weights import (
-    WEIGHTED_OPS,
-    FoldedWeight,
-    computed_constants,
-    constant_tensors,
-    fold_weights,
-    summarize_folded,
-)
+from quantdbg.model.graph import constant_values as constant_values
+from quantdbg.model.graph import to_graph as to_graph
+from quantdbg.model.graph import to_model as to_model
+from quantdbg.model.load import MIN_OPSET as MIN_OPSET
+from quantdbg.model.load import QUANTIZED_OP_TYPES as QUANTIZED_OP_TYPES
+from quantdbg.model.load import LoadedModel as LoadedModel
+from quantdbg.model.load import ModelSource as ModelSource
+from quantdbg.model.load import as_loaded as as_loaded
+from quantdbg.model.load import fits_in_protobuf as fits_in_protobuf
+from quantdbg.model.load import load_model as load_model
+from quantdbg.model.load import opset_of as opset_of
+from quantdbg.model.load import quantized_nodes as quantized_nodes
+from quantdbg.model.names import UniqueNames as UniqueNames
+from quantdbg.model.names import check_node_globs as check_node_globs
+from quantdbg.model.names import name_graph_nodes as name_graph_nodes
+from quantdbg.model.names import name_nodes as name_nodes
+from quantdbg.model.names import node_names as node_names
+from quantdbg.model.save import save_model as save_model
+from quantdbg.model.specs import TensorSpec as TensorSpec
+from quantdbg.model.specs import input_specs as input_specs
+from quantdbg.model.specs import output_specs as output_specs
+from quantdbg.model.weights import WEIGHTED_OPS as WEIGHTED_OPS
+from quantdbg.model.weights import FoldedWeight as FoldedWeight
+from quantdbg.model.weights import computed_constants as computed_constants
+from quantdbg.model.weights import constant_tensors as constant_tensors
+from quantdbg.model.weights import fold_weights as fold_weights
+from quantdbg.model.weights import summarize_folded as summarize_folded
 
 __all__ = _public_names(globals())

@@ -13,41 +13,41 @@ recipe to a re-exported model.
 from __future__ import annotations
 
 from quantdbg._exports import public_names as _public_names
-from quantdbg.pipeline.config import (
-    MET_OUTCOMES,
-    OUTCOMES,
-    PHASES,
-    REPAIRS,
-    AutoConfig,
-    CalibratorRepairConfig,
-    Outcome,
-    Phase,
-    Repair,
-    SmoothQuantRepairConfig,
-)
-from quantdbg.pipeline.context import AutoContext, Stage
-from quantdbg.pipeline.flow import auto
-from quantdbg.pipeline.journal import (
-    AutoProgress,
-    EvaluationRecord,
-    Journal,
-    JournaledEvaluator,
-    JournaledMetric,
-    JournaledScores,
-    analysis_metric,
-    fingerprint,
-    model_key,
-)
-from quantdbg.pipeline.recipe import AutoRecipe, apply_recipe, read_recipe
-from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
-from quantdbg.pipeline.repairs import (
-    REPAIR_PASSES,
-    CalibratorRepair,
-    Proposal,
-    RepairPass,
-    SmoothQuantRepair,
-    with_per_tensor,
-)
-from quantdbg.pipeline.result import AutoResult
+from quantdbg.pipeline.config import MET_OUTCOMES as MET_OUTCOMES
+from quantdbg.pipeline.config import OUTCOMES as OUTCOMES
+from quantdbg.pipeline.config import PHASES as PHASES
+from quantdbg.pipeline.config import REPAIRS as REPAIRS
+from quantdbg.pipeline.config import AutoConfig as AutoConfig
+from quantdbg.pipeline.config import CalibratorRepairConfig as CalibratorRepairConfig
+from quantdbg.pipeline.config import Outcome as Outcome
+from quantdbg.pipeline.config import Phase as Phase
+from quantdbg.pipeline.config import Repair as Repair
+from quantdbg.pipeline.config import SmoothQuantRepairConfig as SmoothQuantRepairConfig
+from quantdbg.pipeline.context import AutoContext as AutoContext
+from quantdbg.pipeline.context import Stage as Stage
+from quantdbg.pipeline.flow import auto as auto
+from quantdbg.pipeline.journal import AutoProgress as AutoProgress
+from quantdbg.pipeline.journal import EvaluationRecord as EvaluationRecord
+from quantdbg.pipeline.journal import Journal as Journal
+from quantdbg.pipeline.journal import JournaledEvaluator as JournaledEvaluator
+from quantdbg.pipeline.journal import JournaledMetric as JournaledMetric
+from quantdbg.pipeline.journal import JournaledScores as JournaledScores
+from quantdbg.pipeline.journal import analysis_metric as analysis_metric
+from quantdbg.pipeline.journal import fingerprint as fingerprint
+from quantdbg.pipeline.journal import model_key as model_key
+from quantdbg.pipeline.recipe import AutoRecipe as AutoRecipe
+from quantdbg.pipeline.recipe import apply_recipe as apply_recipe
+from quantdbg.pipeline.recipe import read_recipe as read_recipe
+from quantdbg.pipeline.records import ChannelRange as ChannelRange
+from quantdbg.pipeline.records import RepairRecord as RepairRecord
+from quantdbg.pipeline.records import SmoothingStep as SmoothingStep
+from quantdbg.pipeline.records import TensorChoice as TensorChoice
+from quantdbg.pipeline.repairs import REPAIR_PASSES as REPAIR_PASSES
+from quantdbg.pipeline.repairs import CalibratorRepair as CalibratorRepair
+from quantdbg.pipeline.repairs import Proposal as Proposal
+from quantdbg.pipeline.repairs import RepairPass as RepairPass
+from quantdbg.pipeline.repairs import SmoothQuantRepair as SmoothQuantRepair
+from quantdbg.pipeline.repairs import with_per_tensor as with_per_tensor
+from quantdbg.pipeline.result import AutoResult as AutoResult
 
 __all__ = _public_names(globals())
