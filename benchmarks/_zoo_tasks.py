@@ -47,6 +47,15 @@ def minilm_recall1(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np
     return float(((sim > np.diag(sim)[:, None]).sum(1) == 0).mean())
 
 
+def minilm_mrr(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> float:
+    """Mean reciprocal rank of each query's own document among all documents (the builder's MRR)."""
+    emb = outputs["sentence_embedding"].astype(np.float64)
+    n = len(emb) // 2
+    sim = emb[:n] @ emb[n:].T
+    rank = (sim > np.diag(sim)[:, None]).sum(1) + 1
+    return float((1.0 / rank).mean())
+
+
 def minilm_gate(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> float:
     """min(cosine - 0.99, (recall@1 - 0.330) / 10): >= 0 exactly when both targets hold."""
     return min(minilm_cosine(outputs, reference) - 0.99, (minilm_recall1(outputs, reference) - 0.330) / 10)
@@ -152,7 +161,7 @@ def _main(argv: list[str]) -> None:
     with np.load(cache) as saved:
         reference = {k: saved[k] for k in saved.files}
     outputs = run(model)
-    fn = {"cosine": minilm_cosine, "recall1": minilm_recall1, "gate": minilm_gate}[metric]
+    fn = {"cosine": minilm_cosine, "recall1": minilm_recall1, "mrr": minilm_mrr, "gate": minilm_gate}[metric]
     print(fn(outputs, reference))
 
 

@@ -43,7 +43,7 @@ Values = tuple[float, ...]
 
 
 def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, target: FallbackTarget, *,
-             metric: TaskMetric | MetricName = "sqnr", config: AutoConfig = _DEFAULT) -> AutoResult:
+         metric: TaskMetric | MetricName = "sqnr", config: AutoConfig = _DEFAULT) -> AutoResult:
     """Quantizes ``model`` to INT8, repairs it, and keeps the fewest layers out of INT8 to meet ``target``.
 
     Also available as ``quantdbg.auto(...)``; the steps are in the module docstring.
