@@ -136,3 +136,18 @@ def sequence_model(seed: int = 0, features: int = 6) -> onnx.ModelProto:
              gs.Node("Relu", "relu", inputs=[h], outputs=[r]),
              gs.Node("MatMul", "fc2", inputs=[r, _w(rng, "fc2.w", (8, features))], outputs=[y])]
     return _finish(gs.Graph(nodes, [x], [y], name="sequence_model"))
+
+
+def stateful_sequence_model(seed: int = 0, features: int = 6) -> onnx.ModelProto:
+    """A sequence model with a state input, as voice-activity detectors export: x[seq, F] and
+    state[1, 1, F] (axis 0 fixed at 1 but not a batch) -> MatMul(x + state) -> y[seq, F]."""
+    rng = np.random.default_rng(seed)
+    x = gs.Variable("x", np.float32, ("sequence_length", features))
+    state = gs.Variable("state", np.float32, (1, 1, features))
+    s2, a = gs.Variable("s2", np.float32), gs.Variable("a", np.float32)
+    y = gs.Variable("y", np.float32, ("sequence_length", features))
+    to_2d = gs.Constant("to_2d", np.array([1, features], np.int64))
+    nodes = [gs.Node("Reshape", "flatten_state", inputs=[state, to_2d], outputs=[s2]),
+             gs.Node("Add", "add_state", inputs=[x, s2], outputs=[a]),
+             gs.Node("MatMul", "fc", inputs=[a, _w(rng, "fc.w", (features, features))], outputs=[y])]
+    return _finish(gs.Graph(nodes, [x, state], [y], name="stateful_sequence_model"))

@@ -244,7 +244,7 @@ def feed_layout(shapes: Mapping[str, tuple[int, ...]], specs: Mapping[str, Tenso
     """The layout data of these shapes (samples or batches on axis 0) needs for the model's inputs.
 
     Every input the data holds must agree: all with one axis more than the model's input
-    (unbatched), or all of the model's rank with one fixed batch dimension among them. Anything
+    (unbatched), or all of the model's rank with axis 0 fixed to one size in every input. Anything
     else gets the default layout, and :func:`check_feed` names the mismatch.
 
     Args:
@@ -257,8 +257,11 @@ def feed_layout(shapes: Mapping[str, tuple[int, ...]], specs: Mapping[str, Tenso
     extra = {len(shapes[name]) - len(specs[name].shape) for name in common}
     if extra == {1}:
         return FeedLayout(unbatched=True)
-    fixed = {specs[name].fixed_batch for name in common} - {None}
-    if extra == {0} and len(fixed) == 1:
+    # Axis 0 is a batch only if every input fixes it to the same size: in a sequence model whose
+    # state inputs are (1, 1, H) and whose signal is (T, F), axis 0 of the signal is time, and
+    # cutting it into batches of 1 would feed single frames.
+    fixed = {specs[name].fixed_batch for name in common}
+    if extra == {0} and len(fixed) == 1 and None not in fixed:
         return FeedLayout(batch=fixed.pop())
     return FeedLayout()
 

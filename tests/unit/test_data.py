@@ -108,6 +108,21 @@ def test_feed_layout_reads_fixed_and_missing_batch_axes():
     assert feed_layout({"x": (32, 8, 8)}, fixed) == FeedLayout()  # a wrong rank: check_feed names it
 
 
+def test_a_state_input_fixed_at_one_does_not_make_a_sequence_axis_a_batch(rng):
+    from quantdbg.data import FeedLayout, as_model_data, feed_layout
+
+    model = models_weights.stateful_sequence_model()
+    specs = _specs(model)
+    # One sequence of 7 frames with its state: axis 0 of x is time, not a batch of 7.
+    assert feed_layout({"x": (7, 6), "state": (1, 1, 6)}, specs) == FeedLayout()
+    assert feed_layout({"x": (4, 7, 6), "state": (4, 1, 1, 6)}, specs) == FeedLayout(unbatched=True)
+    x = rng.standard_normal((7, 6)).astype(np.float32)
+    state = rng.standard_normal((1, 1, 6)).astype(np.float32)
+    feeds = list(as_model_data([{"x": x, "state": state}], load_model(model)))
+    assert len(feeds) == 1
+    np.testing.assert_array_equal(feeds[0]["x"], x)
+
+
 def test_a_fixed_batch_of_one_is_fed_one_sample_at_a_time_with_one_log_line(rng, caplog):
     x = rng.standard_normal((5, 3, 8, 8)).astype(np.float32)
     model = load_model(models_weights.small_cnn(batch=1))
