@@ -67,3 +67,49 @@ def test_records_from_an_fp32_model_warn_and_are_empty():
     with pytest.warns(QuantDbgWarning, match=r"holds no DequantizeLinear feeding a compute node"):
         found = records_from_model(models.mlp())
     assert found.records == () and found.layers == ()
+
+
+def _foreign_matmul(weight_chain: str) -> tuple:
+    """y = x @ W, quantized elsewhere with the weight Q/DQ pair after a Transpose or a Cast of the
+    stored initializer (as tf2onnx and half-precision exports leave it), per tensor."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    if weight_chain == "Transpose":
+        stored, chain = w.T.copy(), helper.make_node("Transpose", ["w.stored"], ["w"], "w_t", perm=[1, 0])
+    else:
+        stored, chain = w.astype(np.float16), helper.make_node("Cast", ["w.stored"], ["w"], "w_cast",
+                                                               to=TensorProto.FLOAT)
+    w_amax = float(np.abs(stored.astype(np.float32)).max())
+    inits = [numpy_helper.from_array(stored, "w.stored"),
+             numpy_helper.from_array(np.array(w_amax / 127, np.float32), "w.scale"),
+             numpy_helper.from_array(np.array(3.0 / 127, np.float32), "x.scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "zp")]
+    nodes = [chain,
+             helper.make_node("QuantizeLinear", ["x", "x.scale", "zp"], ["x.q"], "x_q"),
+             helper.make_node("DequantizeLinear", ["x.q", "x.scale", "zp"], ["x.dq"], "x_dq"),
+             helper.make_node("QuantizeLinear", ["w", "w.scale", "zp"], ["w.q"], "w_q"),
+             helper.make_node("DequantizeLinear", ["w.q", "w.scale", "zp"], ["w.dq"], "w_dq"),
+             helper.make_node("MatMul", ["x.dq", "w.dq"], ["y"], "fc")]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])
+    graph = helper.make_graph(nodes, "foreign", [x_info], [y_info], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, w.astype(np.float16).astype(np.float32) if weight_chain == "Cast" else w
+
+
+@pytest.mark.parametrize("weight_chain", ["Transpose", "Cast"])
+def test_weights_behind_a_transpose_or_a_cast_are_read_as_weights_and_removal_restores_them(
+        rng, weight_chain):
+    model, w = _foreign_matmul(weight_chain)
+    qm = records_from_model(model)
+    kinds = {(r.node, r.input_index): (r.kind, r.tensor) for r in qm.records}
+    assert kinds == {("fc", 0): (TensorKind.ACTIVATION, "x"), ("fc", 1): (TensorKind.WEIGHT, "w")}
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    back = remove_qdq(qm, qm.layers, Precision.FP32)
+    assert not [n for n in back.model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    # The FP32 product: the chain that computes the weight is still there, now feeding fc directly.
+    np.testing.assert_allclose(run(back.model, {"x": x}), x @ w, rtol=1e-5, atol=1e-5)

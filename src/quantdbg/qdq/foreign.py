@@ -8,7 +8,7 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError, QuantDbgWarning
-from quantdbg.model import ModelSource, constant_values, load_model, to_graph
+from quantdbg.model import ModelSource, constant_tensors, constant_values, load_model, to_graph
 from quantdbg.qdq.records import EXTERNAL_CALIBRATOR, QdqRecord, QuantizedModel
 
 
@@ -16,8 +16,9 @@ def records_from_model(model: ModelSource) -> QuantizedModel:
     """Reads the Q/DQ pairs of a model quantized elsewhere (ModelOpt, ONNX Runtime QDQ format).
 
     Walks the graph, not the names: every input of a compute node produced by a DequantizeLinear
-    becomes a record -- ``QuantizeLinear -> DequantizeLinear -> node`` (weight when the Q reads an
-    initializer, else activation) or ``INT8 initializer -> DequantizeLinear -> node`` (weight, no
+    becomes a record -- ``QuantizeLinear -> DequantizeLinear -> node`` (weight when the Q reads what
+    constants alone compute: an initializer, a Constant node, a Transpose or Cast of one; else
+    activation) or ``INT8 initializer -> DequantizeLinear -> node`` (weight, no
     Q). :func:`remove_qdq` then works on these records like on quantdbg's own.
 
     Args:
@@ -32,6 +33,7 @@ def records_from_model(model: ModelSource) -> QuantizedModel:
     """
     loaded = load_model(model, allow_quantized=True)
     graph = to_graph(loaded)
+    computable = constant_tensors(loaded)
     records = []
     for node in graph.nodes:
         if node.op in ("QuantizeLinear", "DequantizeLinear"):
@@ -39,7 +41,7 @@ def records_from_model(model: ModelSource) -> QuantizedModel:
         for index, tensor in enumerate(node.inputs):
             dq = tensor.inputs[0] if tensor.name and len(tensor.inputs) == 1 else None
             if dq is not None and dq.op == "DequantizeLinear":
-                records.append(_external_record(node, index, dq))
+                records.append(_external_record(node, index, dq, computable))
     if not records:
         warnings.warn("The model holds no DequantizeLinear feeding a compute node: nothing is "
                       "quantized in Q/DQ form, so there is nothing to analyse or fall back.",
@@ -47,7 +49,7 @@ def records_from_model(model: ModelSource) -> QuantizedModel:
     return QuantizedModel(loaded, tuple(records))
 
 
-def _external_record(node: gs.Node, index: int, dq: gs.Node) -> QdqRecord:
+def _external_record(node: gs.Node, index: int, dq: gs.Node, computable: frozenset[str]) -> QdqRecord:
     source = dq.inputs[0]
     producer = source.inputs[0] if len(source.inputs) == 1 else None
     scale = constant_values(dq.inputs[1])
@@ -59,7 +61,9 @@ def _external_record(node: gs.Node, index: int, dq: gs.Node) -> QdqRecord:
     axis = int(dq.attrs.get("axis", 1)) if scale.size > 1 else None
     if producer is not None and producer.op == "QuantizeLinear":
         fp = producer.inputs[0]
-        kind: TensorKind = TensorKind.WEIGHT if constant_values(fp) is not None else TensorKind.ACTIVATION
+        # Exporters quantize weights wherever they live (tf2onnx: behind a Transpose; FP16 models:
+        # behind a Cast), so "weight" means computed from constants alone, not "an initializer".
+        kind: TensorKind = TensorKind.WEIGHT if fp.name in computable else TensorKind.ACTIVATION
         quantize_node, tensor = producer.name, fp.name
     else:
         kind, quantize_node, tensor = TensorKind.WEIGHT, None, source.name
