@@ -16,6 +16,7 @@ of the quantized layers), the task-metric evaluations per phase, the repairs kep
 
     python benchmarks/auto.py                      # every model and form; RESULTS.md section "auto"
     python benchmarks/auto.py --models digits_cnn --forms constants --no-write
+    python benchmarks/auto.py --rows /tmp/auto_rows.jsonl   # resumable: recorded runs are skipped
 """
 from __future__ import annotations
 
@@ -163,6 +164,12 @@ def section(rows: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines)
 
 
+def _recorded(path: Path | None) -> list[dict[str, Any]]:
+    if path is None or not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     built = [m for m in FORMS if (ZOO / m / "model.onnx").is_file()]
@@ -170,14 +177,22 @@ def main() -> int:
     parser.add_argument("--forms", nargs="+", help="Only these forms.")
     parser.add_argument("--json", type=Path, default=HERE / "auto_results.json")
     parser.add_argument("--no-write", action="store_true", help="Print the section instead of writing it.")
+    parser.add_argument("--rows", type=Path, help="JSON-lines journal: each run's row is appended as it "
+                        "ends, and runs already in it are not repeated (a killed benchmark resumes).")
     args = parser.parse_args()
-    rows = []
+    rows = _recorded(args.rows)
+    done = {(r["model"], r["form"]) for r in rows}
     with tempfile.TemporaryDirectory(prefix="quantdbg-auto-bench-") as tmp:
         for name in args.models:
             for form in FORMS[name]:
-                if args.forms and form not in args.forms:
+                if (args.forms and form not in args.forms) or (name, form) in done:
                     continue
                 rows.append(run(name, form, Path(tmp)))
+                if args.rows is not None:
+                    with args.rows.open("a") as journal:
+                        journal.write(json.dumps(rows[-1], sort_keys=True) + "\n")
+    order = {(m, f): i for i, (m, f) in enumerate((m, f) for m in FORMS for f in FORMS[m])}
+    rows = sorted((r for r in rows if r["model"] in args.models), key=lambda r: order[r["model"], r["form"]])
     text = section(rows, run_command("auto.py", Path(tempfile.gettempdir()), report_only=False))
     if args.no_write:
         print(text)
