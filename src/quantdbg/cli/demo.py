@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from quantdbg.cli._options import show_progress
 from quantdbg.demo import DEMO_MIN_SQNR_DB, run_demo
 from quantdbg.errors import ConfigError
 
@@ -20,7 +21,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "sensitivity, FP16 fallback search, doctor, and an HTML/Markdown/JSON report.",
     )
     parser.add_argument(
+        "-o",
         "--out",
+        "--output",
         metavar="DIR",
         help="Folder for the report and models (created if missing; default: a new "
         "temporary folder, printed at the end).",
@@ -35,7 +38,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="ONNX Runtime threads (default 0: all cores)."
     )
-    parser.add_argument("--no-progress", action="store_true", help="Do not draw progress bars.")
     parser.set_defaults(func=run)
 
 
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 0:
         raise ConfigError(f"--threads must be >= 0, got {args.threads}.")
     folder = _folder(args.out)
-    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=not args.no_progress)
+    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=show_progress(args))
     sys.stdout.write(
         f"quantdbg demo: digits CNN (scikit-learn UCI digits), {result.n_calib_samples} "
         f"calibration / {result.n_eval_samples} evaluation images\n"

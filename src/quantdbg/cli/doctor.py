@@ -6,13 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli._options import check_outputs
+from quantdbg.cli._options import add_data_option, add_fail_on_option, check_outputs, show_progress
 from quantdbg.config import CalibConfig
-from quantdbg.diagnostics import CHECKS, DoctorConfig, Severity, diagnose
+from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
 from quantdbg.report import write_report
-
-FAIL_LEVELS: tuple[str, ...] = tuple(s.value for s in Severity)
-"""``--fail-on`` choices: the severities a finding can have, most serious first."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,8 +22,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "placements TensorRT cannot fuse. Findings are printed most serious first, with evidence.",
     )
     parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
-    parser.add_argument("--data", required=True, metavar="CALIB.npz",
-                        help=".npz mapping each model input name to calibration samples (axis 0).")
+    add_data_option(parser, required=True,
+                    help=".npz mapping each model input name to calibration samples (axis 0).")
     parser.add_argument("--eval", metavar="EVAL.npz",
                         help="Samples for the sensitivity checks (default: the calibration data).")
     parser.add_argument("--json", metavar="OUT.json", help="Also write the report as JSON.")
@@ -40,9 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Layers of the cheap ranking confirmed in isolation (default 3).")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per batch (default 32).")
-    parser.add_argument("--fail-on", choices=FAIL_LEVELS,
-                        help="Exit with status 1 when a finding of this severity or worse exists (for CI).")
-    parser.add_argument("--no-progress", action="store_true", help="Do not draw progress bars.")
+    add_fail_on_option(parser, default=None)
     parser.set_defaults(func=run_doctor)
 
 
@@ -62,7 +57,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         confirm_top=args.confirm_top,
     )
-    report = diagnose(args.model, args.data, args.eval, config, progress=not args.no_progress)
+    report = diagnose(args.model, args.data, args.eval, config, progress=show_progress(args))
     sys.stdout.write(report.to_text())
     if args.json or args.html or args.md:
         written = write_report(report, html=args.html, markdown=args.md, json=args.json)
