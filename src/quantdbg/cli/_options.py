@@ -176,7 +176,7 @@ def log_level(args: argparse.Namespace) -> int:
 
 
 def add_data_option(parser: argparse.ArgumentParser, *, required: bool, help: str) -> None:
-    """Adds ``--data CALIB.npz`` with trtexec's / Polygraphy's spelling ``--calib`` as an alias."""
+    """Adds ``--data CALIB.npz`` with ``--calib`` as an alias (the short word users type for it)."""
     parser.add_argument("--data", "--calib", required=required, metavar="CALIB.npz", help=help)
 
 
