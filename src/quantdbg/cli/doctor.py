@@ -9,7 +9,7 @@ import sys
 from quantdbg.cli._options import add_data_option, add_fail_on_option, check_outputs, show_progress
 from quantdbg.config import CalibConfig
 from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
-from quantdbg.report import write_report
+from quantdbg.report import render_markdown, write_report
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Samples for the sensitivity checks (default: the calibration data).")
     parser.add_argument("--json", metavar="OUT.json", help="Also write the report as JSON.")
     parser.add_argument("--html", metavar="OUT.html", help="Also write the HTML report.")
-    parser.add_argument("--md", metavar="OUT.md", help="Also write the Markdown report.")
+    parser.add_argument("--md", metavar="OUT.md",
+                        help="Also write the Markdown report ('-': print it instead of the text).")
     parser.add_argument("--method", default="entropy", metavar="METHOD",
                         help="Calibrator the model is examined with (default: entropy).")
     parser.add_argument("--checks", nargs="+", choices=CHECKS, metavar="CHECK",
@@ -50,7 +51,8 @@ def run_doctor(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input.
     """
-    check_outputs(args.json, args.html, args.md)
+    md_file = None if args.md == "-" else args.md
+    check_outputs(args.json, args.html, md_file)
     config = DoctorConfig(
         CalibConfig(method=args.method),
         checks=tuple(args.checks) if args.checks else CHECKS,
@@ -58,9 +60,9 @@ def run_doctor(args: argparse.Namespace) -> int:
         confirm_top=args.confirm_top,
     )
     report = diagnose(args.model, args.data, args.eval, config, progress=show_progress(args))
-    sys.stdout.write(report.to_text())
-    if args.json or args.html or args.md:
-        written = write_report(report, html=args.html, markdown=args.md, json=args.json)
+    sys.stdout.write(render_markdown(report) if args.md == "-" else report.to_text())
+    if args.json or args.html or md_file:
+        written = write_report(report, html=args.html, markdown=md_file, json=args.json)
         paths = [str(p) for p in (written.json, written.html, written.markdown) if p is not None]
         sys.stdout.write(f"wrote {', '.join(paths)}\n")
     return 1 if args.fail_on is not None and report.fails(args.fail_on) else 0
