@@ -175,3 +175,14 @@ def test_op_types_to_exclude_narrows_the_quantized_op_types():
     args.op_types_to_exclude = ["Conv"]
     with pytest.raises(ConfigError, match="removes every quantized op type"):
         quant_config(args)
+
+
+def test_demo_export_writes_only_the_files(tmp_path, capsys):
+    folder = tmp_path / "new"
+    assert main(["demo", "--export", str(folder)]) == 0
+    names = ("model.onnx", "calib.npz", "eval.npz", "score.py")
+    assert capsys.readouterr().out == f"wrote {', '.join(str(folder / n) for n in names)}\n"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
+    assert main(["demo", "--export", str(folder), "-o", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == ("quantdbg demo: error: --export only writes the demo's files; drop "
+                                       "--out, or run the demo without --export.\n")
