@@ -143,7 +143,8 @@ def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
     assert folder is not None
     emb = load_embedded()
     files = {"model.onnx": write_bytes_atomic(folder / "model.onnx", emb.model_path.read_bytes())}
-    arrays = {"calib.npz": emb.calib, "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
+    arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
+                                         "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
     for name, content in arrays.items():
         with atomic_file(folder / name) as tmp, open(tmp, "wb") as stream:
             np.savez(stream, **content)

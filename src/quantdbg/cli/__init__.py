@@ -43,7 +43,7 @@ def _command_parser(parser: argparse.ArgumentParser, found: argparse.Namespace) 
     """The subcommand's parser when one was named (its flags are the ones to suggest), else ``parser``."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return action.choices.get(getattr(found, "command", None), parser)
+            return action.choices.get(str(getattr(found, "command", "")), parser)
     return parser
 
 
