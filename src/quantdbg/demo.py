@@ -95,6 +95,65 @@ def load_embedded() -> EmbeddedModel:
 
 
 # --------------------------------------------------------------------------------------------
+# The files README's commands use
+# --------------------------------------------------------------------------------------------
+
+LABELS_KEY = "labels"
+"""The array of ``eval.npz`` holding the digit labels (``--labels labels``), beside the model input."""
+
+SCORE_SCRIPT = '''\
+"""Top-1 accuracy of a digits model on eval.npz (next to this script); prints one number.
+
+Usage: python score.py MODEL.onnx    (quantdbg's --evaluate 'python score.py {model}')
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+data = np.load(Path(__file__).with_name("eval.npz"))
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+logits = session.run(None, {"input": data["input"]})[0]
+print(float((logits.argmax(axis=1) == data["labels"]).mean()))
+'''
+"""The sample evaluation command ``export_demo`` writes: a task metric the way ``--evaluate`` reads it."""
+
+
+def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Writes the embedded model, its data and a sample evaluation script, so the commands of the
+    README run as written.
+
+    Files: ``model.onnx`` (the FP32 digits CNN), ``calib.npz`` (``input``: float32 [256,1,16,16]),
+    ``eval.npz`` (``input``: float32 [540,1,16,16] and ``labels``: int64 [540]) and ``score.py``
+    (``python score.py MODEL.onnx`` prints the top-1 accuracy of MODEL on eval.npz).
+
+    Args:
+        out_dir: Existing folder (files of these names in it are replaced).
+
+    Returns:
+        File name -> path written.
+
+    Raises:
+        ConfigError: ``out_dir`` does not exist.
+    """
+    from quantdbg._io import atomic_file, write_bytes_atomic, write_text_atomic
+
+    folder = _out_folder(out_dir)
+    assert folder is not None
+    emb = load_embedded()
+    files = {"model.onnx": write_bytes_atomic(folder / "model.onnx", emb.model_path.read_bytes())}
+    arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
+                                         "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
+    for name, content in arrays.items():
+        with atomic_file(folder / name) as tmp, open(tmp, "wb") as stream:
+            np.savez(stream, **content)
+        files[name] = folder / name
+    files["score.py"] = write_text_atomic(folder / "score.py", SCORE_SCRIPT)
+    return files
+
+
+# --------------------------------------------------------------------------------------------
 # The whole job in one call
 # --------------------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from quantdbg.calibration import (
 )
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData
-from quantdbg.errors import ConfigError, QuantDbgWarning
+from quantdbg.errors import ConfigError, ModelError, QuantDbgWarning
 from quantdbg.placement import QdqPlan, QuantTarget, plan_qdq
 
 
@@ -85,6 +85,22 @@ def test_result_json_round_trip(rng):
     assert set(result.to_dict()) == {"ranges", "stats", "config", "n_batches", "n_samples", "folded_weights"}
     assert result.to_dict()["ranges"]["r1"] == {"name": "r1", "lo": result.ranges["r1"].lo,
                                                 "hi": result.ranges["r1"].hi, "method": "percentile"}
+
+
+@pytest.mark.parametrize(("glob", "message"), [
+    ("r_1", "CalibConfig.per_tensor entry 'r_1' matches no tensor. No tensor named 'r_1' in the model. "
+            "Did you mean 'r1'?"),
+    ("*/head/*", "CalibConfig.per_tensor entry '*/head/*' matches no tensor. No tensor named '*/head/*' in "
+                 "the model; the closest are 'x', 'c1', 'r1' (6 in all)."),
+])
+def test_a_per_tensor_glob_matching_nothing_fails_before_reading_data(glob, message):
+    class Untouchable:
+        def __iter__(self):
+            raise AssertionError("data was read")
+
+    with pytest.raises(ModelError) as err:
+        calibrate(models.conv_residual(), Untouchable(), CalibConfig(per_tensor={"x": "mse", glob: "mse"}))
+    assert str(err.value) == message
 
 
 def test_unknown_calibrator_fails_before_reading_data():

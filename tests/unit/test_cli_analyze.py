@@ -144,3 +144,13 @@ def test_error_messages(files, capsys, tmp_path):
         "quantdbg fallback: error: A relative-loss bound is a percentage >= 0, got -1.0.\n")
     assert _error(capsys, "analyze", qdq, "--fp32", fp32, "--eval", tmp_path / "nope.npz", "--out", out) == (
         f"quantdbg analyze: error: Data file '{tmp_path / 'nope.npz'}' does not exist.\n")
+
+
+def test_layer_choices_are_for_an_fp32_model_and_the_cli_speaks_its_own_flags(files, capsys, tmp_path):
+    qdq, fp32, evals, out = files / "qdq.onnx", files / "fp32.onnx", files / "eval.npz", tmp_path / "r.json"
+    assert _error(capsys, "analyze", qdq, "--fp32", fp32, "--eval", evals, "--nodes-to-exclude", "fc2",
+                  "-o", out) == (
+        f"quantdbg analyze: error: MODEL '{qdq}' is already quantized: --exclude, --op-types and "
+        "--op-types-to-exclude choose the layers of an FP32 MODEL; drop them.\n")
+    err = _error(capsys, "calibrate", qdq, "--calib", evals, "-o", tmp_path / "int8.onnx")
+    assert "is already quantized" in err and "MODEL --fp32 FP32.onnx" in err and "allow_quantized" not in err

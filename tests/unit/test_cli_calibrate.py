@@ -80,7 +80,10 @@ def test_calib_config_from_options():
     (["--method", "percentile", "--percentile", "20"],
      "PercentileConfig.percentile must be in (50, 100], got 20.0."),
     (["--batch-size", "0"], "--batch-size must be >= 1, got 0."),
-    (["--exclude", "conv9"],
+    (["--per-tensor", "x=mse", "r*=minmax", "rl=mse"],
+     "CalibConfig.per_tensor entry 'rl' matches no tensor. No tensor named 'rl' in the model; the closest "
+     "are 'r1' (6 in all)."),
+    (["--nodes-to-exclude", "conv9"],
      "QuantConfig.exclude entry 'conv9' matches no node. No node named 'conv9' in the model. "
      "Did you mean 'conv2', 'conv1'?"),
 ])

@@ -8,6 +8,7 @@ import onnx
 import pytest
 
 from quantdbg.cli import main
+from quantdbg.cli.lint import render_text
 from quantdbg.diagnostics import lint
 
 
@@ -88,3 +89,13 @@ def test_bad_input_prints_one_line_and_exits_2(save, tmp_path, capsys, argv, mes
     assert main([arg.format(**values) for arg in argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("quantdbg lint: error: ") and message in err
+
+
+def test_md_writes_the_markdown_file_as_doctor_and_report_do(save, capsys, tmp_path):
+    path = save(models_lint.concat_scale_mismatch())
+    out = tmp_path / "lint.md"
+    main(["lint", str(path), "--md", str(out), "--fail-on", "never"])
+    assert out.read_text() == lint(path).to_markdown()
+    assert capsys.readouterr().out == render_text(lint(path))
+    main(["lint", str(path), "--md", "-", "--fail-on", "never"])
+    assert capsys.readouterr().out == lint(path).to_markdown()

@@ -37,6 +37,9 @@ def test_report_renders_html_and_markdown(tmp_path, capsys):
     assert capsys.readouterr().out == f"wrote {tmp_path / 'r.html'}, {tmp_path / 'r.md'}\n"
     assert 'id="fallback-evaluations"' in (tmp_path / "r.html").read_text()
     assert "| node | rank |" in (tmp_path / "r.md").read_text()
+    # --md - prints the same Markdown (as lint's and doctor's --md - do) and writes nothing else
+    assert main(["report", str(plan_json), "--md", "-"]) == 0
+    assert capsys.readouterr().out == (tmp_path / "r.md").read_text()
 
 
 def test_report_errors_are_one_line_with_status_2(tmp_path, capsys):
@@ -45,7 +48,8 @@ def test_report_errors_are_one_line_with_status_2(tmp_path, capsys):
     assert err.startswith("quantdbg report: error: Cannot read result") and err.count("\n") == 1
     (tmp_path / "x.json").write_text("{}")
     assert main(["report", str(tmp_path / "x.json")]) == 2
-    assert "Nothing to write: give --html OUT.html and/or --md OUT.md." in capsys.readouterr().err
+    assert ("Nothing to write: give --html OUT.html and/or --md OUT.md (--md -: print it)."
+            in capsys.readouterr().err)
     assert main(["report", str(tmp_path / "x.json"), "--html", str(tmp_path / "no" / "r.html")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 from quantdbg import _optional, _progress
@@ -38,3 +39,32 @@ def test_with_tqdm_a_bar_is_drawn_on_stderr_and_nothing_logged(capsys, caplog):
     assert captured.out == ""
     assert "calibration:" in captured.err and "0/3 [" in captured.err and "batch/s" in captured.err
     assert caplog.records == []
+
+
+def test_batched_data_is_counted_in_batches_not_samples(capsys):
+    pytest.importorskip("tqdm", reason="the progress bar needs the [report] extra (tqdm)")
+    from quantdbg.data import ArrayData
+
+    data = ArrayData({"x": np.zeros((10, 3), np.float32)}, batch_size=4)
+    assert len(data) == 10 and data.num_batches == 3
+    assert len(list(_progress.track(data, desc="sensitivity", enabled=True))) == 3
+    err = capsys.readouterr().err
+    assert "0/3 [" in err and "/10" not in err
+
+
+def test_an_error_is_printed_on_its_own_line_after_the_bar(tmp_path, capsys):
+    pytest.importorskip("tqdm", reason="the progress bar needs the [report] extra (tqdm)")
+    import models
+    import onnx
+
+    from quantdbg.cli import main
+
+    onnx.save(models.conv_residual(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "c.npz", x=np.zeros((8, 4, 8, 8), np.float64))  # the model takes float32
+    assert main(["calibrate", str(tmp_path / "m.onnx"), "--data", str(tmp_path / "c.npz"), "-o",
+                 str(tmp_path / "o.onnx"), "--progress", "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "calibration:" in err and "0/2 [" in err  # the bar was drawn ...
+    # ... and cleared before the error, which starts a line of its own
+    assert err.rsplit("\r", 1)[1] == ("quantdbg calibrate: error: calibration batch 0: input 'x' expects "
+                                      "dtype float32, got float64. Convert it with .astype(np.float32).\n")

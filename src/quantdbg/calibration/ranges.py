@@ -17,7 +17,7 @@ from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, NotCalibratedError
-from quantdbg.model import FoldedWeight, ModelSource, as_loaded
+from quantdbg.model import FoldedWeight, ModelSource, as_loaded, check_node_globs
 from quantdbg.placement import QdqPlan, plan_qdq
 
 
@@ -77,7 +77,8 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         ``shared_scale_groups``) get one range computed from their merged statistics.
 
     Raises:
-        ModelError: The model is invalid or already quantized.
+        ModelError: The model is invalid or already quantized, or a ``per_tensor`` glob matches no
+            tensor (the message names the closest).
         DataError: The data does not match the model's inputs (the message names the batch).
         ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
         BackendError: ONNX Runtime failed.
@@ -90,6 +91,11 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
                  if isinstance(placement, QuantConfig) else "the QuantConfig the plan was made with")
         raise ConfigError(f"The Q/DQ plan quantizes no activation tensor, so there is nothing to calibrate. "
                           f"Check {check}.")
+    graph = loaded.proto.graph
+    # A per-tensor glob that matches no tensor is a typo, not a choice to ignore silently.
+    check_node_globs("CalibConfig.per_tensor", config.per_tensor,
+                     [*(i.name for i in graph.input), *(o for n in graph.node for o in n.output if o)],
+                     kind="tensor")
     chosen, groups = _choices(config, plan)
     need_hist = frozenset(name for name, cal in chosen.items() if cal.needs_histogram)
     collect = CollectConfig(need_hist, config.num_bins, config.max_batches)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import logging
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, QuantConfig
 from quantdbg.data import as_model_data
+from quantdbg.diagnostics import FAIL_ON, FAIL_ON_SHOWN
 from quantdbg.errors import ConfigError, DataError, ModelError
 from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, Top1Agreement
 from quantdbg.model import as_loaded, quantized_nodes
@@ -46,13 +51,13 @@ def check_outputs(*paths: str | None) -> None:
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Adds MODEL and the data, quantization and metric options ``analyze`` and ``fallback`` share."""
     parser.add_argument("model", metavar="MODEL", help="FP32 model, or a Q/DQ model with --fp32.")
-    parser.add_argument("--data", metavar="CALIB.npz", help="Calibration data (input name -> samples).")
+    add_data_option(parser, required=False, help="Calibration data (input name -> samples) when MODEL is "
+                    "FP32.")
     parser.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
     parser.add_argument("--fp32", metavar="FP32.onnx", help="FP32 original of a Q/DQ MODEL.")
     parser.add_argument("--method", default="entropy",
                         help="Calibrator when MODEL is FP32 (default entropy).")
-    parser.add_argument("--op-types", nargs="+", metavar="OP", help="Op types to quantize (default: Conv, "
-                        "ConvTranspose, Gemm, MatMul).")
+    add_quant_options(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
     parser.add_argument("--metric", choices=READY_METRICS, default="sqnr",
                         help="Ready-made metric: an output metric vs FP32, or top1 agreement (default sqnr).")
@@ -62,7 +67,6 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         "model path and the last printed line is the metric.")
     parser.add_argument("--lower-is-better", action="store_true",
                         help="The --evaluate metric is lower-is-better.")
-    parser.add_argument("--progress", action="store_true", help="Show progress bars.")
 
 
 def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -81,6 +85,9 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
         if not args.fp32:
             raise ModelError(f"MODEL {args.model!r} is already quantized ({len(found)} Q/DQ node(s)); "
                              "give its FP32 original with --fp32 FP32.onnx.")
+        if args.exclude or args.op_types or args.op_types_to_exclude:
+            raise ConfigError(f"MODEL {args.model!r} is already quantized: --exclude, --op-types and "
+                              "--op-types-to-exclude choose the layers of an FP32 MODEL; drop them.")
         return as_loaded(args.fp32), records_from_model(loaded)
     if args.fp32:
         raise ConfigError(f"--fp32 is only for a Q/DQ MODEL, but {args.model!r} holds no Q/DQ nodes; "
@@ -88,9 +95,8 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
     if not args.data:
         raise ConfigError(f"MODEL {args.model!r} is FP32: give calibration data with --data CALIB.npz to "
                           "quantize it.")
-    quant = QuantConfig(op_types=tuple(args.op_types)) if args.op_types else QuantConfig()
-    qmodel = quantize(loaded, args.data, CalibConfig(method=args.method), quant, batch_size=args.batch_size,
-                      progress=args.progress)
+    qmodel = quantize(loaded, args.data, CalibConfig(method=args.method), quant_config(args),
+                      batch_size=args.batch_size, progress=show_progress(args))
     return loaded, qmodel
 
 
@@ -134,3 +140,92 @@ def eval_data(args: argparse.Namespace, fp_model: Any) -> Any:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     return as_model_data(args.eval, as_loaded(fp_model).proto, args.batch_size)
+
+
+# --------------------------------------------------------------------------------------------
+# Conventions every subcommand shares (flag names users already type with trtexec, Polygraphy and
+# ModelOpt; one default for progress bars; -v/-q after the subcommand too)
+# --------------------------------------------------------------------------------------------
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """Adds -v/-q and --progress/--no-progress to a subcommand (every subcommand gets them)."""
+    group = parser.add_argument_group("common options")
+    group.add_argument("-v", "--verbose", dest="sub_verbose", action="count", default=0,
+                       help="More log output (-vv: debug); also accepted before the subcommand.")
+    group.add_argument("-q", "--quiet", dest="sub_quiet", action="count", default=0,
+                       help="Less log output (errors only); also accepted before the subcommand.")
+    bars = group.add_mutually_exclusive_group()
+    bars.add_argument("--progress", dest="progress", action="store_true", default=None,
+                      help="Draw progress bars even when stderr is not a terminal.")
+    bars.add_argument("--no-progress", dest="progress", action="store_false",
+                      help="Do not draw progress bars (default: drawn when stderr is a terminal).")
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether to draw progress bars: --progress / --no-progress, else when stderr is a terminal."""
+    chosen = getattr(args, "progress", None)
+    return sys.stderr.isatty() if chosen is None else bool(chosen)
+
+
+def log_level(args: argparse.Namespace) -> int:
+    """The logging level -v/-q select, counted before and after the subcommand alike."""
+    verbose = getattr(args, "verbose", 0) + getattr(args, "sub_verbose", 0)
+    quiet = getattr(args, "quiet", 0) + getattr(args, "sub_quiet", 0)
+    return min(max(logging.WARNING + 10 * (quiet - verbose), logging.DEBUG), logging.ERROR)
+
+
+def add_data_option(parser: argparse.ArgumentParser, *, required: bool, help: str) -> None:
+    """Adds ``--data CALIB.npz`` with ``--calib`` as an alias (the short word users type for it)."""
+    parser.add_argument("--data", "--calib", required=required, metavar="CALIB.npz", help=help)
+
+
+def add_out_option(parser: argparse.ArgumentParser, *, metavar: str, help: str,
+                   required: bool = True) -> None:
+    """Adds ``--out`` with ``-o`` / ``--output`` (Polygraphy's and ModelOpt's spelling) as aliases."""
+    parser.add_argument("-o", "--out", "--output", required=required, metavar=metavar, help=help)
+
+
+def add_quant_options(parser: argparse.ArgumentParser) -> None:
+    """Adds which layers are quantized: --exclude, --op-types and --op-types-to-exclude, with
+    ModelOpt's ``--nodes-to-exclude`` as an alias of --exclude."""
+    parser.add_argument("--exclude", "--nodes-to-exclude", nargs="+", default=[], metavar="GLOB",
+                        help="Node names or globs (fnmatch, not regular expressions) to keep out of INT8.")
+    parser.add_argument("--op-types", nargs="+", metavar="OP",
+                        help=f"Op types to quantize (default: {', '.join(DEFAULT_OP_TYPES)}).")
+    parser.add_argument("--op-types-to-exclude", nargs="+", default=[], metavar="OP",
+                        help="Op types to leave out of --op-types (ModelOpt's spelling).")
+
+
+def quant_config(args: argparse.Namespace) -> QuantConfig:
+    """The QuantConfig --exclude, --op-types and --op-types-to-exclude describe.
+
+    Raises:
+        ConfigError: --op-types-to-exclude names an op type that is not quantized, or removes all.
+    """
+    op_types = tuple(args.op_types) if args.op_types else DEFAULT_OP_TYPES
+    for op in args.op_types_to_exclude:
+        if op not in op_types:
+            raise unknown_choice("--op-types-to-exclude", op, op_types, what="quantized op type")
+    kept = tuple(op for op in op_types if op not in args.op_types_to_exclude)
+    if not kept:
+        raise ConfigError(f"--op-types-to-exclude removes every quantized op type ({', '.join(op_types)}); "
+                          "nothing would be quantized.")
+    return QuantConfig(op_types=kept, exclude=tuple(args.exclude))
+
+
+def unknown_choice(flag: str, value: str, choices: Sequence[str], *, what: str) -> ConfigError:
+    """The error for a value outside ``choices``, with the closest ones (difflib) as suggestions."""
+    near = difflib.get_close_matches(value, list(choices), n=3, cutoff=0.5)
+    hint = f" Did you mean {' or '.join(map(repr, near))}?" if near else ""
+    return ConfigError(f"{flag} {value!r} is not a {what} (choose from {', '.join(choices)}).{hint}")
+
+
+def add_fail_on_option(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    """Adds ``--fail-on`` with the one severity scale lint and doctor share."""
+    shown = "{" + ",".join(FAIL_ON_SHOWN) + "}"
+    default_text = default if default is not None else "no gate: exit 0 whatever is found"
+    parser.add_argument("--fail-on", choices=FAIL_ON, default=default, metavar=shown,
+                        help="Exit with status 1 when a finding of this severity or worse is found (for CI): "
+                             "high, medium, low or info, or never (lint's former error and warning still "
+                             f"mean high and medium; default: {default_text}).")

@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg.cli._options import (
+    add_model_options,
+    add_out_option,
+    check_out,
+    eval_data,
+    load_models,
+    show_progress,
+    task_metric,
+)
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
@@ -27,7 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                               "(default local).")
     analyze.add_argument("--jobs", type=int, default=1, help="Processes for isolated / leave-one-out.")
     analyze.add_argument("--no-evidence", action="store_true", help="Skip the weight/activation evidence.")
-    analyze.add_argument("--out", required=True, metavar="RESULT.json", help="Where the report goes.")
+    add_out_option(analyze, metavar="RESULT.json", help="Where the report goes.")
     analyze.set_defaults(func=run_analyze)
 
 
@@ -48,7 +56,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     data = eval_data(args, fp_model)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
-                               progress=args.progress, results_path=partial)
+                               progress=show_progress(args), results_path=partial)
     report = analyze_sensitivity(fp_model, qmodel, data, config, metric=metric)
     report.write(args.out)
     if partial.exists():

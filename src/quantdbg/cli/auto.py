@@ -15,8 +15,18 @@ import sys
 from pathlib import Path
 
 from quantdbg.calibration import available_calibrators
-from quantdbg.cli._options import READY_METRICS, check_out, eval_data, task_metric
-from quantdbg.config import CalibConfig, Precision, QuantConfig
+from quantdbg.cli._options import (
+    READY_METRICS,
+    add_data_option,
+    add_out_option,
+    add_quant_options,
+    check_out,
+    eval_data,
+    quant_config,
+    show_progress,
+    task_metric,
+)
+from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
@@ -35,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                       "status 0: met; 1: not met (the best model found is written); 2: bad "
                                       "input.")
     auto.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
-    auto.add_argument("--data", required=True, metavar="CALIB.npz", help="Calibration data.")
+    add_data_option(auto, required=True, help="Calibration data.")
     auto.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
     metric = auto.add_mutually_exclusive_group(required=True)
     metric.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a "
@@ -49,7 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Task metric within PCT %% of FP32.")
     target.add_argument("--min-metric", type=float, metavar="X", help="Task metric >= X (<= X when lower is "
                         "better).")
-    auto.add_argument("--out", required=True, metavar="MIXED.onnx", help="The final model.")
+    add_out_option(auto, metavar="MIXED.onnx", help="The final model.")
     auto.add_argument("--plan", required=True, metavar="PLAN.json", help="The result and its recipe (JSON).")
     auto.add_argument("--html", metavar="REPORT.html", help="Also write the HTML report.")
     _add_settings(auto)
@@ -72,8 +82,7 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
     auto.add_argument("--resume", metavar="FILE", help="Progress file to resume from and write (default "
                       "PLAN.json.partial, deleted once the run is done).")
-    auto.add_argument("--no-progress", action="store_true",
-                      help="No progress bars (default: shown when stderr is a terminal).")
+    add_quant_options(auto)
 
 
 def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
@@ -90,9 +99,10 @@ def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
         raise ConfigError(f"--max-fallback is a percentage in (0, 100], got {args.max_fallback:g}.")
     fallback = FallbackConfig(SensitivityConfig(mode=args.mode), precision=Precision(args.precision),
                               max_evaluations=args.max_evaluations)
-    return AutoConfig(CalibConfig(method=args.method), QuantConfig(), tuple(args.repairs), fallback=fallback,
-                      max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
-                      progress=sys.stderr.isatty() and not args.no_progress, resume_path=resume)
+    return AutoConfig(CalibConfig(method=args.method), quant_config(args), tuple(args.repairs),
+                      fallback=fallback, max_fallback_share=args.max_fallback / 100.0,
+                      batch_size=args.batch_size,
+                      progress=show_progress(args), resume_path=resume)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
-from quantdbg.config import CalibConfig, QuantConfig
+from quantdbg.cli._options import (
+    add_data_option,
+    add_out_option,
+    add_quant_options,
+    quant_config,
+    show_progress,
+)
+from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache
 
@@ -25,25 +32,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Calibrate an FP32 ONNX model on representative inputs and write the Q/DQ model "
                     "TensorRT builds with explicit quantization.")
     parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
-    parser.add_argument("--data", required=True, metavar="CALIB.npz",
-                        help=".npz mapping each model input name to its samples (axis 0).")
+    add_data_option(parser, required=True, help=".npz mapping each model input name to its samples (axis 0).")
     parser.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
                         help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin "
                              "calibrator; default: entropy).")
-    parser.add_argument("--out", required=True, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
+    add_out_option(parser, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per calibration batch (scales do not depend on it; default 32).")
-    parser.add_argument("--cache", metavar="FILE", help="Also write a TensorRT calibration cache.")
+    parser.add_argument("--cache", "--calibration-cache", metavar="FILE",
+                        help="Also write a TensorRT calibration cache.")
     parser.add_argument("--scales", metavar="FILE.json", help="Also write every scale as JSON.")
-    parser.add_argument("--exclude", nargs="+", default=[], metavar="GLOB",
-                        help="Node names or globs to keep out of INT8 (left in floating point).")
+    add_quant_options(parser)
     parser.add_argument("--percentile", type=float, metavar="P",
                         help="Percentile kept by the percentile calibrator, in (50, 100] (default 99.99).")
     parser.add_argument("--per-op", nargs="+", default=[], metavar="OP=METHOD",
                         help="Calibrator for activations read by an op type, e.g. Conv=entropy.")
     parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
                         help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
-    parser.add_argument("--no-progress", action="store_true", help="Do not draw a progress bar.")
     parser.set_defaults(func=run)
 
 
@@ -60,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
-    qmodel = quantize(args.model, args.data, calib, QuantConfig(exclude=tuple(args.exclude)),
-                      batch_size=args.batch_size, progress=not args.no_progress)
+    qmodel = quantize(args.model, args.data, calib, quant_config(args), batch_size=args.batch_size,
+                      progress=show_progress(args))
     qmodel.save(outputs["out"])
     written = [str(outputs["out"])]
     written += _write_scales(qmodel, calib, outputs.get("cache"), outputs.get("scales"))

@@ -1,4 +1,5 @@
-"""``quantdbg demo [--out DIR]``: the whole job on the embedded digits CNN, with a short table."""
+"""``quantdbg demo [--out DIR]``: the whole job on the embedded digits CNN, with a short table;
+``quantdbg demo --export DIR``: the model, data and evaluation script the README's commands use."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from quantdbg.demo import DEMO_MIN_SQNR_DB, run_demo
+from quantdbg.cli._options import show_progress
+from quantdbg.demo import DEMO_MIN_SQNR_DB, export_demo, run_demo
 from quantdbg.errors import ConfigError
 
 
@@ -20,10 +22,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "sensitivity, FP16 fallback search, doctor, and an HTML/Markdown/JSON report.",
     )
     parser.add_argument(
+        "-o",
         "--out",
+        "--output",
         metavar="DIR",
         help="Folder for the report and models (created if missing; default: a new "
         "temporary folder, printed at the end).",
+    )
+    parser.add_argument(
+        "--export",
+        metavar="DIR",
+        help="Only write the demo's files into DIR (created if missing) and stop: model.onnx (FP32), "
+        "calib.npz and eval.npz (array 'input', eval.npz also 'labels'), and score.py (prints the top-1 "
+        "accuracy of the model it is given), the files the README's commands use.",
     )
     parser.add_argument(
         "--min-sqnr",
@@ -35,7 +46,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="ONNX Runtime threads (default 0: all cores)."
     )
-    parser.add_argument("--no-progress", action="store_true", help="Do not draw progress bars.")
     parser.set_defaults(func=run)
 
 
@@ -62,8 +72,15 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.threads < 0:
         raise ConfigError(f"--threads must be >= 0, got {args.threads}.")
+    if args.export is not None:
+        if args.out is not None:
+            raise ConfigError("--export only writes the demo's files; drop --out, or run the demo without "
+                              "--export.")
+        written = export_demo(_folder(args.export))
+        sys.stdout.write(f"wrote {', '.join(str(path) for path in written.values())}\n")
+        return 0
     folder = _folder(args.out)
-    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=not args.no_progress)
+    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=show_progress(args))
     sys.stdout.write(
         f"quantdbg demo: digits CNN (scikit-learn UCI digits), {result.n_calib_samples} "
         f"calibration / {result.n_eval_samples} evaluation images\n"

@@ -6,13 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli._options import check_outputs
+from quantdbg.cli._options import add_data_option, add_fail_on_option, check_outputs, show_progress
 from quantdbg.config import CalibConfig
-from quantdbg.diagnostics import CHECKS, DoctorConfig, Severity, diagnose
-from quantdbg.report import write_report
-
-FAIL_LEVELS: tuple[str, ...] = tuple(s.value for s in Severity)
-"""``--fail-on`` choices: the severities a finding can have, most serious first."""
+from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
+from quantdbg.report import render_markdown, write_report
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,13 +22,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "placements TensorRT cannot fuse. Findings are printed most serious first, with evidence.",
     )
     parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
-    parser.add_argument("--data", required=True, metavar="CALIB.npz",
-                        help=".npz mapping each model input name to calibration samples (axis 0).")
+    add_data_option(parser, required=True,
+                    help=".npz mapping each model input name to calibration samples (axis 0).")
     parser.add_argument("--eval", metavar="EVAL.npz",
                         help="Samples for the sensitivity checks (default: the calibration data).")
     parser.add_argument("--json", metavar="OUT.json", help="Also write the report as JSON.")
     parser.add_argument("--html", metavar="OUT.html", help="Also write the HTML report.")
-    parser.add_argument("--md", metavar="OUT.md", help="Also write the Markdown report.")
+    parser.add_argument("--md", metavar="OUT.md",
+                        help="Also write the Markdown report ('-': print it instead of the text).")
     parser.add_argument("--method", default="entropy", metavar="METHOD",
                         help="Calibrator the model is examined with (default: entropy).")
     parser.add_argument("--checks", nargs="+", choices=CHECKS, metavar="CHECK",
@@ -40,9 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Layers of the cheap ranking confirmed in isolation (default 3).")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per batch (default 32).")
-    parser.add_argument("--fail-on", choices=FAIL_LEVELS,
-                        help="Exit with status 1 when a finding of this severity or worse exists (for CI).")
-    parser.add_argument("--no-progress", action="store_true", help="Do not draw progress bars.")
+    add_fail_on_option(parser, default=None)
     parser.set_defaults(func=run_doctor)
 
 
@@ -55,17 +51,18 @@ def run_doctor(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input.
     """
-    check_outputs(args.json, args.html, args.md)
+    md_file = None if args.md == "-" else args.md
+    check_outputs(args.json, args.html, md_file)
     config = DoctorConfig(
         CalibConfig(method=args.method),
         checks=tuple(args.checks) if args.checks else CHECKS,
         batch_size=args.batch_size,
         confirm_top=args.confirm_top,
     )
-    report = diagnose(args.model, args.data, args.eval, config, progress=not args.no_progress)
-    sys.stdout.write(report.to_text())
-    if args.json or args.html or args.md:
-        written = write_report(report, html=args.html, markdown=args.md, json=args.json)
+    report = diagnose(args.model, args.data, args.eval, config, progress=show_progress(args))
+    sys.stdout.write(render_markdown(report) if args.md == "-" else report.to_text())
+    if args.json or args.html or md_file:
+        written = write_report(report, html=args.html, markdown=md_file, json=args.json)
         paths = [str(p) for p in (written.json, written.html, written.markdown) if p is not None]
         sys.stdout.write(f"wrote {', '.join(paths)}\n")
     return 1 if args.fail_on is not None and report.fails(args.fail_on) else 0

@@ -9,7 +9,15 @@ import argparse
 import sys
 from typing import Any
 
-from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg.cli._options import (
+    add_model_options,
+    add_out_option,
+    check_out,
+    eval_data,
+    load_models,
+    show_progress,
+    task_metric,
+)
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
@@ -35,7 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           help="Search budget (default: the search's bound for max(4, L/10) layers).")
     fallback.add_argument("--report", metavar="RESULT.json",
                           help="Walk this analyze report instead of ranking.")
-    fallback.add_argument("--out", required=True, metavar="MIXED.onnx", help="The mixed-precision model.")
+    add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
     fallback.set_defaults(func=run_fallback)
 
@@ -69,7 +77,7 @@ def run_fallback(args: argparse.Namespace) -> int:
         target = type(target)(target.kind, target.threshold, True, target.reference)
     data = eval_data(args, fp_model)
     report = SensitivityReport.read(args.report) if args.report else None
-    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=args.progress),
+    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args)),
                             precision=Precision(args.precision), max_evaluations=args.max_evaluations)
     with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)

@@ -10,8 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from quantdbg._io import write_json_atomic
-from quantdbg.diagnostics import FAIL_ON, RULES, LintReport, lint
+from quantdbg._io import write_json_atomic, write_text_atomic
+from quantdbg.cli._options import add_fail_on_option, check_outputs
+from quantdbg.diagnostics import RULES, LintReport, lint
 
 _EPILOG = """\
 exit status:
@@ -33,11 +34,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Q/DQ ONNX model (written by quantdbg, ONNX Runtime or ModelOpt).")
     parser.add_argument("--json", metavar="OUT.json", type=Path,
                         help="Also write the report as JSON (written atomically; the folder must exist).")
-    parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
-                        help="Exit with status 1 when a finding of this severity or worse is found: high, "
-                             "medium, low or info; error and warning mean high and medium (default: error; "
-                             "never: always exit 0 after a successful lint).")
-    parser.add_argument("--markdown", action="store_true", help="Print a Markdown table instead of text.")
+    add_fail_on_option(parser, default="high")
+    parser.add_argument("--md", metavar="OUT.md",
+                        help="Also write the report as Markdown (as doctor and report do); '-': print it "
+                             "instead of the text.")
+    parser.add_argument("--markdown", dest="md", action="store_const", const="-",
+                        help="Print the Markdown report instead of the text (the same as --md -).")
     parser.add_argument("--skip", metavar="RULE", nargs="+", default=[], help="Rule ids to leave out.")
     parser.set_defaults(func=run)
 
@@ -51,10 +53,14 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 or 1 (see the module docstring); input errors raise and become status 2 in ``cli.main``.
     """
+    to_file = args.md if args.md not in (None, "-") else None
+    check_outputs(None if args.json is None else str(args.json), to_file)
     report = lint(args.model, skip=args.skip)
     if args.json is not None:
         write_json_atomic(args.json, report.to_dict())
-    sys.stdout.write(report.to_markdown() if args.markdown else render_text(report))
+    if to_file is not None:
+        write_text_atomic(to_file, report.to_markdown())
+    sys.stdout.write(report.to_markdown() if args.md == "-" else render_text(report))
     return 1 if report.fails(args.fail_on) else 0
 
 

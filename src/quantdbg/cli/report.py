@@ -7,7 +7,7 @@ import sys
 
 from quantdbg.cli._options import check_outputs
 from quantdbg.errors import ConfigError
-from quantdbg.report import load_result, write_report
+from quantdbg.report import load_result, render_markdown, write_report
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     parser.add_argument("result", metavar="RESULT.json", help="A result JSON written by quantdbg.")
     parser.add_argument("--html", metavar="OUT.html", help="Write the HTML report here.")
-    parser.add_argument("--md", metavar="OUT.md", help="Write the Markdown report here.")
+    parser.add_argument("--md", metavar="OUT.md", help="Write the Markdown report here ('-': print it).")
     parser.add_argument("--title", help="Report title (default: from the result).")
     parser.add_argument(
         "--no-plots", action="store_true", help="Leave the plots out of the HTML (no matplotlib needed)."
@@ -38,11 +38,16 @@ def run_report(args: argparse.Namespace) -> int:
         QuantDbgError: Unreadable result, no output requested, missing folder or dependency.
     """
     if args.html is None and args.md is None:
-        raise ConfigError("Nothing to write: give --html OUT.html and/or --md OUT.md.")
-    check_outputs(args.html, args.md)
+        raise ConfigError("Nothing to write: give --html OUT.html and/or --md OUT.md (--md -: print it).")
+    md_file = None if args.md == "-" else args.md
+    check_outputs(args.html, md_file)
     result = load_result(args.result)
+    if args.md == "-":
+        sys.stdout.write(render_markdown(result, title=args.title))
+    if args.html is None and md_file is None:
+        return 0
     written = write_report(
-        result, html=args.html, markdown=args.md, title=args.title, plots=not args.no_plots
+        result, html=args.html, markdown=md_file, title=args.title, plots=not args.no_plots
     )
     paths = [str(p) for p in (written.html, written.markdown) if p is not None]
     sys.stdout.write(f"wrote {', '.join(paths)}\n")

@@ -44,6 +44,7 @@ from quantdbg.diagnostics.doctor_config import CHECKS as CHECKS
 from quantdbg.diagnostics.doctor_config import CheckName as CheckName
 from quantdbg.diagnostics.doctor_config import DoctorConfig as DoctorConfig
 from quantdbg.diagnostics.findings import FAIL_ON as FAIL_ON
+from quantdbg.diagnostics.findings import FAIL_ON_SHOWN as FAIL_ON_SHOWN
 from quantdbg.diagnostics.findings import NO_EVIDENCE as NO_EVIDENCE
 from quantdbg.diagnostics.findings import Cell as Cell
 from quantdbg.diagnostics.findings import Evidence as Evidence

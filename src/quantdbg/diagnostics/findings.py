@@ -65,6 +65,9 @@ _ORDER: tuple[Severity, ...] = tuple(Severity)
 FAIL_ON: tuple[str, ...] = (*(s.value for s in Severity), *_FORMER, _NEVER)
 """What ``--fail-on`` accepts: a severity, lint's former words ``error``/``warning``, or ``never``."""
 
+FAIL_ON_SHOWN: tuple[str, ...] = (*(s.value for s in Severity), _NEVER)
+"""The ``--fail-on`` words lint and doctor document (the former words still parse, unlisted)."""
+
 
 def fail_threshold(fail_on: str | Severity) -> Severity | None:
     """The least severity that fails a run for a ``--fail-on`` word (None for ``"never"``).

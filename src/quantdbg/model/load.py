@@ -111,8 +111,9 @@ def _refuse_quantized(model: onnx.ModelProto) -> None:
     if found:
         raise ModelError(
             f"The model is already quantized: {len(found)} node(s) such as {found[0]!r} "
-            f"({_op_of(model, found[0])}) hold Q/DQ or QLinear ops. Pass the FP32 original, or "
-            "use the analysis entry points that accept quantized models (allow_quantized=True)."
+            f"({_op_of(model, found[0])}) hold Q/DQ or QLinear ops. Pass the FP32 original; to analyze "
+            "this model as it is, give the FP32 original alongside it (`quantdbg analyze` / `fallback` "
+            "MODEL --fp32 FP32.onnx; in Python, records_from_model)."
         )
 
 

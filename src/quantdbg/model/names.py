@@ -2,6 +2,7 @@
 and fresh names for inserted nodes never collide with the model's."""
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections.abc import Iterable, Sequence
 
@@ -47,21 +48,37 @@ def node_names(nodes: Iterable[tuple[str, str]]) -> list[str]:
     return names
 
 
-def check_node_globs(owner: str, patterns: Iterable[str], names: Sequence[str]) -> None:
-    """Checks that every node-name glob matches a node, so a typo is not silently ignored.
+def check_node_globs(owner: str, patterns: Iterable[str], names: Sequence[str], kind: str = "node") -> None:
+    """Checks that every name glob matches a name, so a typo is not silently ignored.
 
     Args:
         owner: The setting the globs come from, e.g. ``"QuantConfig.exclude"``.
-        patterns: Node names or ``fnmatch`` globs.
-        names: The model's node names.
+        patterns: Names or ``fnmatch`` globs.
+        names: The names they may match (by default the model's node names).
+        kind: What ``names`` are, for the message.
 
     Raises:
-        ModelError: A glob matches no node (close names are suggested).
+        ModelError: A glob matches no name (close names are suggested).
     """
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            err = unknown("node", pattern, names)
-            raise ModelError(f"{owner} entry {pattern!r} matches no node. {err}")
+            err = str(unknown(kind, pattern, names))
+            if "Did you mean" not in err:  # no name is close: show the nearest anyway
+                err = (f"{err[:-1]}; the closest are {', '.join(map(repr, closest_names(pattern, names)))} "
+                       f"({len(names)} in all).")
+            raise ModelError(f"{owner} entry {pattern!r} matches no {kind}. {err}")
+
+
+def closest_names(pattern: str, names: Sequence[str], n: int = 3) -> list[str]:
+    """The ``n`` names closest to a name or glob: by whole name, else by one ``/``-separated part,
+    else the first ``n`` (so a message always shows what the names look like)."""
+    text = pattern.replace("*", "").replace("?", "")
+    near = difflib.get_close_matches(text, list(names), n=n, cutoff=0.5)
+    if not near:
+        scored = sorted(((max(difflib.SequenceMatcher(None, text, part).ratio() for part in name.split("/")),
+                          -i, name) for i, name in enumerate(names)), reverse=True)
+        near = [name for score, _, name in scored[:n] if score >= 0.5]
+    return near or list(names[:n])
 
 
 class UniqueNames:

@@ -77,7 +77,10 @@ def reduce_outputs(evaluator: VariantEvaluator, model: onnx.ModelProto,
     kept: list[dict[str, np.ndarray]] = []
     with evaluator.runner_factory(model) as runner:
         evaluator.n_passes += 1
-        for index, feed in enumerate(track(evaluator.data, desc=run.desc, enabled=run.progress)):
+        total = getattr(evaluator.data, "num_batches", None)
+        if total is not None and run.max_batches is not None:
+            total = min(total, run.max_batches)  # the bar ends where the pass stops
+        for index, feed in enumerate(track(evaluator.data, total=total, desc=run.desc, enabled=run.progress)):
             if run.max_batches is not None and index >= run.max_batches:
                 break
             values = runner.infer(feed, [*names, *run.also])
