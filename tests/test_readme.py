@@ -20,7 +20,7 @@ from quantdbg.demo import load_embedded
 README = Path(__file__).resolve().parents[1] / "README.md"
 # Flags whose value is a file the command writes ("-" for --md prints instead).
 _WRITES = {"--out", "-o", "--output", "--plan", "--html", "--md", "--json", "--cache", "--calibration-cache",
-           "--scales"}
+           "--calib", "--scales"}
 _EXPORTED = ("model.onnx", "calib.npz", "eval.npz", "score.py")
 
 
@@ -53,7 +53,7 @@ def test_the_readme_lists_the_commands_it_documents():
     assert commands[0] == "quantdbg demo --export ."
     subcommands = {c.split()[1] for c in commands if c.startswith("quantdbg ")}
     assert subcommands == {"demo", "calibrate", "analyze", "fallback", "auto", "lint", "doctor", "report"}
-    assert written_by("quantdbg calibrate m.onnx --calib c.npz -o a.onnx --calibration-cache c.cache") == [
+    assert written_by("quantdbg calibrate m.onnx --data c.npz -o a.onnx --calib c.cache") == [
         "a.onnx", "c.cache"]
 
 

@@ -79,18 +79,18 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 @pytest.mark.parametrize(("command", "aliases"), [
     ("calibrate", ("--data", "--calib", "--out", "-o", "--output", "--cache", "--calibration-cache",
                    "--exclude", "--nodes-to-exclude", "--op-types", "--op-types-to-exclude")),
-    ("analyze", ("--data", "--calib", "--out", "-o", "--output", "--exclude", "--nodes-to-exclude",
+    ("analyze", ("--data", "--out", "-o", "--output", "--exclude", "--nodes-to-exclude",
                  "--op-types", "--op-types-to-exclude")),
-    ("fallback", ("--data", "--calib", "--out", "-o", "--output", "--exclude", "--nodes-to-exclude",
+    ("fallback", ("--data", "--out", "-o", "--output", "--exclude", "--nodes-to-exclude",
                   "--op-types", "--op-types-to-exclude")),
-    ("auto", ("--data", "--calib", "--out", "-o", "--output", "--exclude", "--nodes-to-exclude",
+    ("auto", ("--data", "--out", "-o", "--output", "--exclude", "--nodes-to-exclude",
               "--op-types", "--op-types-to-exclude")),
-    ("doctor", ("--data", "--calib")),
+    ("doctor", ("--data",)),
     ("demo", ("--out", "-o", "--output")),
 ])
 def test_flags_users_already_type_are_aliases_of_one_option(command, aliases):
     actions = {flag: action for action in _commands()[command]._actions for flag in action.option_strings}
-    for flag, main_flag in (("--calib", "--data"), ("-o", "--out"), ("--output", "--out"),
+    for flag, main_flag in (("--calib", "--cache"), ("-o", "--out"), ("--output", "--out"),
                             ("--calibration-cache", "--cache"), ("--nodes-to-exclude", "--exclude")):
         if flag in aliases:
             assert actions[flag] is actions[main_flag]
@@ -109,7 +109,7 @@ def test_progress_defaults_to_whether_stderr_is_a_terminal(monkeypatch, argv, pr
 
     monkeypatch.setattr("sys.stderr.isatty", lambda: isatty)
     for command in ("calibrate m.onnx --data c.npz -o o.onnx", "analyze m.onnx --eval e.npz -o r.json",
-                    "doctor m.onnx --calib c.npz", "demo"):
+                    "doctor m.onnx --data c.npz", "demo"):
         args = build_parser().parse_args([*command.split(), *argv])
         assert show_progress(args) is progress
 
@@ -162,7 +162,7 @@ def test_op_types_to_exclude_narrows_the_quantized_op_types():
     from quantdbg.cli._options import quant_config
     from quantdbg.errors import ConfigError
 
-    args = build_parser().parse_args(["calibrate", "m.onnx", "--calib", "c.npz", "-o", "o.onnx",
+    args = build_parser().parse_args(["calibrate", "m.onnx", "--data", "c.npz", "-o", "o.onnx",
                                       "--op-types-to-exclude", "MatMul", "Gemm", "--nodes-to-exclude", "fc*"])
     config = quant_config(args)
     assert config.op_types == ("Conv", "ConvTranspose") and config.exclude == ("fc*",)

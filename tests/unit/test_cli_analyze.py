@@ -152,5 +152,5 @@ def test_layer_choices_are_for_an_fp32_model_and_the_cli_speaks_its_own_flags(fi
                   "-o", out) == (
         f"quantdbg analyze: error: MODEL '{qdq}' is already quantized: --exclude, --op-types and "
         "--op-types-to-exclude choose the layers of an FP32 MODEL; drop them.\n")
-    err = _error(capsys, "calibrate", qdq, "--calib", evals, "-o", tmp_path / "int8.onnx")
+    err = _error(capsys, "calibrate", qdq, "--data", evals, "-o", tmp_path / "int8.onnx")
     assert "is already quantized" in err and "MODEL --fp32 FP32.onnx" in err and "allow_quantized" not in err

@@ -176,8 +176,8 @@ def log_level(args: argparse.Namespace) -> int:
 
 
 def add_data_option(parser: argparse.ArgumentParser, *, required: bool, help: str) -> None:
-    """Adds ``--data CALIB.npz`` with ``--calib`` as an alias (the short word users type for it)."""
-    parser.add_argument("--data", "--calib", required=required, metavar="CALIB.npz", help=help)
+    """Adds ``--data CALIB.npz``."""
+    parser.add_argument("--data", required=required, metavar="CALIB.npz", help=help)
 
 
 def add_out_option(parser: argparse.ArgumentParser, *, metavar: str, help: str,

@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_out_option(parser, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per calibration batch (scales do not depend on it; default 32).")
-    parser.add_argument("--cache", "--calibration-cache", metavar="FILE",
+    # trtexec reads this file as --calib, Polygraphy as --calibration-cache.
+    parser.add_argument("--cache", "--calibration-cache", "--calib", metavar="FILE",
                         help="Also write a TensorRT calibration cache.")
     parser.add_argument("--scales", metavar="FILE.json", help="Also write every scale as JSON.")
     add_quant_options(parser)
