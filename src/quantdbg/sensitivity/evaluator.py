@@ -138,6 +138,12 @@ class VariantEvaluator:
             self._runner = self.runner_factory(self.switch.model)
         return self._runner
 
+    def __getstate__(self) -> dict[str, object]:
+        """What travels to a worker process: everything but the open session (each worker opens its own)."""
+        state = dict(self.__dict__)
+        state["_runner"] = None
+        return state
+
     def detach(self) -> None:
         """Forgets (without closing) the session; a forked worker then builds its own."""
         self._runner = None
