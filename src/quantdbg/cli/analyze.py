@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg.cli._options import add_model_options, check_out, eval_data, executor, load_models, task_metric
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
@@ -48,7 +48,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     data = eval_data(args, fp_model)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
-                               progress=args.progress, results_path=partial)
+                               progress=args.progress, results_path=partial, executor=executor(args))
     report = analyze_sensitivity(fp_model, qmodel, data, config, metric=metric)
     report.write(args.out)
     if partial.exists():

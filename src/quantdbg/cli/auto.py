@@ -15,7 +15,15 @@ import sys
 from pathlib import Path
 
 from quantdbg.calibration import available_calibrators
-from quantdbg.cli._options import READY_METRICS, check_out, eval_data, task_metric
+from quantdbg.cli._options import (
+    READY_METRICS,
+    add_execution_options,
+    check_out,
+    eval_data,
+    executor,
+    on_executor,
+    task_metric,
+)
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -74,6 +82,7 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
                       "PLAN.json.partial, deleted once the run is done).")
     auto.add_argument("--no-progress", action="store_true",
                       help="No progress bars (default: shown when stderr is a terminal).")
+    add_execution_options(auto)
 
 
 def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
@@ -88,9 +97,12 @@ def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     if not 0.0 < args.max_fallback <= 100.0:
         raise ConfigError(f"--max-fallback is a percentage in (0, 100], got {args.max_fallback:g}.")
-    fallback = FallbackConfig(SensitivityConfig(mode=args.mode), precision=Precision(args.precision),
-                              max_evaluations=args.max_evaluations)
-    return AutoConfig(CalibConfig(method=args.method), QuantConfig(), tuple(args.repairs), fallback=fallback,
+    run = executor(args)
+    fallback = FallbackConfig(SensitivityConfig(mode=args.mode, executor=run),
+                              precision=Precision(args.precision), max_evaluations=args.max_evaluations,
+                              executor=run)
+    calib = on_executor(CalibConfig(method=args.method), args, run)
+    return AutoConfig(calib, QuantConfig(), tuple(args.repairs), fallback=fallback,
                       max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
                       progress=sys.stderr.isatty() and not args.no_progress, resume_path=resume)
 

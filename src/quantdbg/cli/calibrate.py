@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
+from quantdbg.cli._options import add_execution_options, executor, on_executor
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
                         help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
     parser.add_argument("--no-progress", action="store_true", help="Do not draw a progress bar.")
+    add_execution_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     """
     outputs = _check_paths(args)
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
+    calib = on_executor(calib, args, executor(args))
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     qmodel = quantize(args.model, args.data, calib, QuantConfig(exclude=tuple(args.exclude)),

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any
 
-from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg.cli._options import add_model_options, check_out, eval_data, executor, load_models, task_metric
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
@@ -69,8 +69,10 @@ def run_fallback(args: argparse.Namespace) -> int:
         target = type(target)(target.kind, target.threshold, True, target.reference)
     data = eval_data(args, fp_model)
     report = SensitivityReport.read(args.report) if args.report else None
-    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=args.progress),
-                            precision=Precision(args.precision), max_evaluations=args.max_evaluations)
+    run = executor(args)
+    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=args.progress, executor=run),
+                            precision=Precision(args.precision), max_evaluations=args.max_evaluations,
+                            executor=run)
     with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
     if result.mixed is None:
