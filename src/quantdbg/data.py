@@ -103,8 +103,8 @@ class ArrayData:
                 yield SampleFeed({name: a[index] for name, a in self.arrays.items()})
             return
         step = self.batch_size or n
-        for start in range(0, n, step):
-            yield {name: a[start:start + step] for name, a in self.arrays.items()}
+        for start in range(0, n, step):  # the last feed stops at the limit too
+            yield {name: a[start:min(start + step, n)] for name, a in self.arrays.items()}
 
     def with_batch_size(self, batch_size: int | None) -> ArrayData:
         """Returns the same samples served in batches of ``batch_size``."""
