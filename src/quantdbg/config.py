@@ -136,7 +136,7 @@ class CalibConfig(_json.Serializable):
         executor: Where the statistics are collected (None: in this process): with an executor the
             data is split into ``shards`` sample ranges collected as tasks and merged exactly, so the
             ranges are the same bits. Not part of the JSON form or of equality (it changes no result).
-        shards: Sample ranges the data is split into with an executor (None: its ``workers``).
+        shards: Sample ranges the data is split into with an executor (None: its ``workers()``).
     """
 
     method: CalibratorSpec = "entropy"

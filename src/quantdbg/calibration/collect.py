@@ -41,7 +41,7 @@ class CollectConfig:
         executor: Collect on it (None: in this process, one pass): the feeds are cut into
             ``shards`` consecutive runs, each collected as a task, and the statistics merged
             exactly (:func:`~quantdbg.calibration.stats.merge_stats`), so they are the same bits.
-        shards: Runs of feeds with an executor (None: its ``workers``; at most one per feed).
+        shards: Runs of feeds with an executor (None: its ``workers()``; at most one per feed).
     """
 
     histogram: bool | frozenset[str] = False
@@ -222,7 +222,7 @@ def _collect_sharded(proto: onnx.ModelProto, names: list[str], data: DataSource,
             raise ConfigError(f"max_batches cannot be applied to sharded {type(feeds).__name__} data; "
                               "cut the data to the batches wanted instead.")
         feeds = head(config.max_batches)
-    count = max(1, min(config.shards or executor.workers, feeds.num_batches))
+    count = max(1, min(config.shards or executor.workers(), feeds.num_batches))
     job = _ShardJob(proto, tuple(names), CollectConfig(config.histogram, config.num_bins), feeds)
     parts: list[Collected] = executor.map(_collect_shard, [(i, count) for i in range(count)], shared=job,
                                           desc="calibration shards", progress=progress)

@@ -28,9 +28,9 @@ OnResult = Callable[[int, Any], None]
 class Executor(Protocol):
     """Runs independent tasks and returns their results in input order."""
 
-    @property
     def workers(self) -> int:
-        """How many tasks can run at once (the default number of calibration shards)."""
+        """How many tasks can run at once (the default number of calibration shards); a method, not a
+        property, so that ``isinstance(x, Executor)`` never connects to a cluster."""
         ...
 
     def map(self, fn: Callable[[Any, T], R], items: Sequence[T], *, shared: Any = None,

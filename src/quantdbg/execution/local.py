@@ -36,7 +36,6 @@ class LocalExecutor:
             raise ConfigError(f"LocalExecutor jobs must be an integer >= 1, got {jobs!r}.")
         self.jobs = jobs
 
-    @property
     def workers(self) -> int:
         """The number of worker processes."""
         return self.jobs

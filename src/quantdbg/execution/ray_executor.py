@@ -57,7 +57,6 @@ class RayExecutor:
             logger.info("starting Ray (%s)", "a local instance" if self.address is None else self.address)
             ray.init(address=self.address, logging_level=logging.WARNING, log_to_driver=False)
 
-    @property
     def workers(self) -> int:
         """The cluster's CPUs (one task each)."""
         self.connect()

@@ -55,7 +55,7 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         DataError: The data does not match the model.
     """
     start = time.perf_counter()
-    parallel = config.executor.workers if config.executor is not None else config.jobs
+    parallel = config.executor.workers() if config.executor is not None else config.jobs
     if runner_factory is None and parallel > 1:
         runner_factory = default_runner_factory(max(1, (os.cpu_count() or 1) // parallel))
     with VariantEvaluator(fp_model, qmodel, data, metric, runner_factory) as evaluator:
