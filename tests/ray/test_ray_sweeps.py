@@ -71,6 +71,15 @@ def test_sweep_on_ray_gives_the_serial_report(ray_instance, planted, mode):
     assert serial.ranking[0] == "conv2"  # the planted layer
 
 
+@pytest.mark.parametrize("mode", ["local", "cumulative"])
+def test_output_space_variants_on_ray_give_the_serial_report(ray_instance, planted, mode):
+    serial = _analyze(planted, mode=mode)
+    executor = CountingExecutor()
+    spread = _analyze(planted, executor, mode=mode)
+    assert executor.maps == [("sensitivity (output space)", 4)]  # each layer alone, as a task
+    assert spread == serial and serial.output_space is not None
+
+
 def test_resumed_sweep_runs_only_the_missing_variants(ray_instance, planted, tmp_path):
     path = tmp_path / "sweep.json"
     serial = _analyze(planted, mode="isolated", results_path=path)

@@ -67,7 +67,8 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         if config.evidence:
             found.evidence = collect_evidence(evaluator, config)
         if _wants_output_space(config):
-            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress)
+            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress,
+                                                      config.executor)
         report = found.report(evaluator, config.mode, time.perf_counter() - start, fingerprint)
     if config.results_path is not None:
         report.write(config.results_path)
@@ -92,7 +93,7 @@ def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
         report = replace(report, layers=layers)
     if missing_output:
         report = replace(report, output_space=measure_output_space(evaluator, config.output_samples,
-                                                                   config.progress))
+                                                                   config.progress, config.executor))
     report.write(config.results_path)  # type: ignore[arg-type]
     return report
 
