@@ -55,13 +55,14 @@ histogram add per tensor and shard) and the range search of every calibrator (en
 the histograms: the larger part of a small model's calibration), so sharding pays only when the ONNX
 Runtime passes dominate, i.e. for large calibration sets or models; on the digits CNN at N = 512 one
 pass takes a fraction of a second and Ray's per-task overhead and the model's re-validation in every
-shard outweigh it."""
+shard cancel the gain."""
 
 
 def _write_section(key: str, text: str) -> None:
     spec = importlib.util.spec_from_file_location("_zoo_tasks", HERE / "_zoo_tasks.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     module.write_section(key, text)
 
@@ -91,6 +92,31 @@ def _square(_shared, x: int) -> int:
     return x * x
 
 
+def _burn(iterations: int) -> float:
+    start = time.perf_counter()
+    total = 0
+    for i in range(iterations):
+        total += i
+    return time.perf_counter() - start
+
+
+def _spare_cores(iterations: int = 4_000_000) -> float:
+    """How many cores two busy processes get right now: 2 when the machine is idle, 1 when they share
+    one core's worth with other work (this machine is shared, and its load moves)."""
+    import multiprocessing
+
+    alone = _burn(iterations)
+    pool = multiprocessing.get_context("fork").Pool(2)
+    try:
+        start = time.perf_counter()
+        pool.map(_burn, [iterations, iterations])
+        together = time.perf_counter() - start
+    finally:  # close, not terminate: a SIGTERM would reach the signal handler Ray's driver installed
+        pool.close()
+        pool.join()
+    return 2 * alone / together
+
+
 def measure(repeats: int, tiles: int) -> dict:
     embedded = load_embedded()
     model = str(embedded.model_path)
@@ -98,7 +124,8 @@ def measure(repeats: int, tiles: int) -> dict:
     qmodel = quantize(model, embedded.calib, CalibConfig(method="entropy"))
     big = {k: np.concatenate([v] * tiles) for k, v in embedded.eval_inputs.items()}
     sets = {"540 samples": embedded.eval_inputs, f"{540 * tiles} samples": big}
-    rows: dict = {"layers": len(qmodel.layers), "ray_start": _start_ray(), "sweeps": {}, "calibration": {}}
+    rows: dict = {"layers": len(qmodel.layers), "spare_cores": [_spare_cores()], "ray_start": _start_ray(),
+                  "sweeps": {}, "calibration": {}}
     ray_key = f"Ray, {WORKERS} workers x 1 ORT thread"
     # Serial and Ray runs alternate, so that both see the same load on this shared machine.
     for label, data in sets.items():
@@ -117,6 +144,7 @@ def measure(repeats: int, tiles: int) -> dict:
         same = found["serial"][1].model.SerializeToString() == found["ray"][1].model.SerializeToString()
         assert same, method
         rows["calibration"][method] = {key: seconds for key, (seconds, _) in found.items()}
+    rows["spare_cores"].append(_spare_cores())
     return rows
 
 
@@ -141,6 +169,8 @@ def markdown(rows: dict, command: str) -> str:
              f"Embedded digits CNN ({rows['layers']} quantized layers), a local Ray instance of {WORKERS} "
              "CPUs. Every Ray result was checked equal to the serial one (report values and ranking; Q/DQ "
              "model bytes). Best of the repeats, wall seconds.", "",
+             "Cores two busy processes got (a pure-Python loop alone vs two at once), before and after: "
+             + ", ".join(f"{c:.2f}" for c in rows["spare_cores"]) + " of 2.", "",
              f"Ray start-up: `ray.init` {start['init']:.1f} s, first tasks (worker processes start) "
              f"{start['first']:.1f} s, then a map of {WORKERS} trivial tasks {start['warm'] * 1000:.0f} ms.",
              "", "Isolated sweep (baseline + one evaluation per layer):", "",

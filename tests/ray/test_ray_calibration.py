@@ -10,7 +10,7 @@ pytest.importorskip("ray")
 from quantdbg.calibration import CollectConfig, collect_stats  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
 from quantdbg.data import ArrayData, FeedList  # noqa: E402
-from quantdbg.errors import ConfigError  # noqa: E402
+from quantdbg.errors import ConfigError, DataError  # noqa: E402
 from quantdbg.execution import RayExecutor  # noqa: E402
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache  # noqa: E402
 
@@ -75,3 +75,12 @@ def test_unsplittable_data_is_refused(ray_instance, case):
     with pytest.raises(ConfigError, match=r"^Data of type Stream cannot be cut into shards; pass an \.npz "
                                           r"path, arrays or a list of feeds"):
         collect_stats(model, Stream(), ["a"], CollectConfig(executor=RayExecutor(), shards=2))
+
+
+def test_a_bad_feed_is_named_by_its_shard_and_place(ray_instance, case):
+    model, data = case
+    feeds = [dict(feed) for feed in ArrayData(data, BATCH)]
+    feeds[7] = {"x": feeds[7]["x"].astype(np.float64)}
+    with pytest.raises(DataError, match=r"Calibration shard 2 of 2 \(batches 6 to 10 of the data\): "
+                                        r"calibration batch 1: input 'x' expects dtype float32, got float64"):
+        collect_stats(model, feeds, ["a"], CollectConfig(executor=RayExecutor(), shards=2))

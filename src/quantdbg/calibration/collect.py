@@ -20,7 +20,15 @@ import onnx
 from quantdbg._progress import track
 from quantdbg.calibration.stats import Collector, TensorStats, merge_stats
 from quantdbg.config import check_shards
-from quantdbg.data import DataSource, FeedList, ShardableData, as_model_data, check_feed, samples_in
+from quantdbg.data import (
+    DataSource,
+    FeedList,
+    ShardableData,
+    as_model_data,
+    check_feed,
+    samples_in,
+    shard_bounds,
+)
 from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
 from quantdbg.execution import Executor
 from quantdbg.model import ModelSource, as_loaded, input_specs
@@ -231,7 +239,12 @@ def _collect_sharded(proto: onnx.ModelProto, names: list[str], data: DataSource,
 
 
 def _collect_shard(job: _ShardJob, shard: tuple[int, int]) -> Collected:
-    return collect_stats(job.model, job.data.shard(*shard), job.names, job.config)
+    try:
+        return collect_stats(job.model, job.data.shard(*shard), job.names, job.config)
+    except (DataError, BackendError) as err:  # batch numbers in the message count from the shard's start
+        start, stop = shard_bounds(job.data.num_batches, *shard)
+        raise type(err)(f"Calibration shard {shard[0] + 1} of {shard[1]} (batches {start} to {stop - 1} of "
+                        f"the data): {err}") from err
 
 
 def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray]) -> None:

@@ -90,10 +90,14 @@ class RayExecutor:
 def _as_completed(pending: dict[Any, int]) -> Any:
     """Yields (index, result) as the tasks finish; a task's exception is raised here."""
     waiting = list(pending)
-    while waiting:
-        ready, waiting = ray.wait(waiting, num_returns=1)
-        for ref in ready:
-            yield pending[ref], ray.get(ref)
+    try:
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                yield pending[ref], ray.get(ref)
+    finally:
+        for ref in waiting:  # a task failed (or the caller stopped): the rest would run for nothing
+            ray.cancel(ref)
 
 
 _SHARED: dict[str, Any] = {}
