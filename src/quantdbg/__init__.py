@@ -20,6 +20,7 @@ _API: dict[str, tuple[str, ...]] = {
     "quantdbg.errors": ("QuantDbgError", "ModelError", "DataError", "ConfigError", "FormatError",
                         "MissingDependencyError", "BackendError", "NotCalibratedError", "QuantDbgWarning"),
     "quantdbg.config": ("CalibConfig", "QuantConfig", "Precision"),
+    "quantdbg.execution": ("LocalExecutor", "RayExecutor"),
     "quantdbg.model": ("load_model", "save_model"),
     "quantdbg.data": ("load_npz",),
     "quantdbg.placement": ("plan_qdq",),

@@ -46,12 +46,19 @@ from quantdbg.errors import FormatError
 T = TypeVar("T")
 
 _ARRAY_KEY = "json_array"
+_TRANSIENT_KEY = "json_transient"
 _FORMAT = "format"
 
 
 def json_array(dtype: Any) -> dict[str, Any]:
     """Field metadata: the field holds a NumPy array of ``dtype`` (``field(metadata=json_array(...))``)."""
     return {_ARRAY_KEY: np.dtype(dtype)}
+
+
+def transient() -> dict[str, Any]:
+    """Field metadata: the field says how to run, not what (e.g. an executor); it is left out of the
+    JSON form and takes its default when read back (``field(default=None, metadata=transient())``)."""
+    return {_TRANSIENT_KEY: True}
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,7 +109,8 @@ def _encode_dataclass(value: Any) -> Any:
         own = custom()
         return {_FORMAT: tag, **own} if tag is not None else own
     out = {} if tag is None else {_FORMAT: tag}
-    out.update({f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init})
+    out.update({f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.init and not f.metadata.get(_TRANSIENT_KEY)})
     extra = getattr(value, "__json_extra__", None)
     if extra is not None:
         out.update({k: encode(v) for k, v in extra().items()})
@@ -264,7 +272,7 @@ def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
     hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if not f.init or f.metadata.get(_TRANSIENT_KEY):
             continue
         path = f"{where}.{f.name}" if where else f.name
         if f.name not in data:

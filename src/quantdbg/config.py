@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from quantdbg import _json
 from quantdbg.errors import ConfigError
+from quantdbg.execution import Executor
 
 CalibratorSpec = str | Any
 """A registered calibrator name, or an instance of a registered calibrator's config class."""
@@ -98,6 +99,16 @@ def _spec_codec() -> SpecCodec:
     return _SPEC_CODEC[0]
 
 
+def check_shards(shards: int | None) -> None:
+    """Checks a shard count (None: the executor's worker count).
+
+    Raises:
+        ConfigError: Not an integer >= 1.
+    """
+    if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int) or shards < 1):
+        raise ConfigError(f"shards must be an integer >= 1 or None (one per worker), got {shards!r}.")
+
+
 @dataclass(frozen=True)
 class _CalibConfigForm:
     """How :class:`CalibConfig` is written: per-op and per-tensor choices as ordered pairs."""
@@ -122,6 +133,10 @@ class CalibConfig(_json.Serializable):
         num_bins: Histogram resolution the calibrators work at (|x| is collected at 16x this
             resolution and regrouped, so the bins stay useful whatever the range).
         max_batches: Stop after this many feeds (None: all).
+        executor: Where the statistics are collected (None: in this process): with an executor the
+            data is split into ``shards`` sample ranges collected as tasks and merged exactly, so the
+            ranges are the same bits. Not part of the JSON form or of equality (it changes no result).
+        shards: Sample ranges the data is split into with an executor (None: its ``workers()``).
     """
 
     method: CalibratorSpec = "entropy"
@@ -129,6 +144,8 @@ class CalibConfig(_json.Serializable):
     per_tensor: Mapping[str, CalibratorSpec] = field(default_factory=dict)
     num_bins: int = 2048
     max_batches: int | None = None
+    executor: Executor | None = field(default=None, compare=False, metadata=_json.transient())
+    shards: int | None = field(default=None, compare=False, metadata=_json.transient())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "per_op", _frozen_map(self.per_op))
@@ -137,6 +154,7 @@ class CalibConfig(_json.Serializable):
             raise ConfigError(f"num_bins must be a power of two >= 128, got {self.num_bins}.")
         if self.max_batches is not None and self.max_batches < 1:
             raise ConfigError(f"max_batches must be >= 1 or None, got {self.max_batches}.")
+        check_shards(self.shards)
 
     def method_for(self, tensor: str, consumer_ops: tuple[str, ...] = ()) -> CalibratorSpec:
         """Returns the calibrator for ``tensor``: per-tensor glob, then per-op, then default."""

@@ -103,8 +103,8 @@ class ArrayData:
                 yield SampleFeed({name: a[index] for name, a in self.arrays.items()})
             return
         step = self.batch_size or n
-        for start in range(0, n, step):
-            yield {name: a[start:start + step] for name, a in self.arrays.items()}
+        for start in range(0, n, step):  # the last feed stops at the limit too
+            yield {name: a[start:min(start + step, n)] for name, a in self.arrays.items()}
 
     def with_batch_size(self, batch_size: int | None) -> ArrayData:
         """Returns the same samples served in batches of ``batch_size``."""
@@ -113,6 +113,21 @@ class ArrayData:
     def subset(self, indices: np.ndarray) -> ArrayData:
         """Returns the samples at ``indices`` (e.g. a bootstrap resample)."""
         return ArrayData({k: v[:len(self)][indices] for k, v in self.arrays.items()}, self.batch_size,
+                         unbatched=self.unbatched)
+
+    def shard(self, index: int, count: int) -> ArrayData:
+        """The ``index``-th of ``count`` runs of whole feeds (see :func:`shard_bounds`): the same feeds,
+        cut the same way, as iterating all of the data yields there; the arrays are views."""
+        start, stop = shard_bounds(self.num_batches, index, count)
+        step = 1 if self.unbatched else (self.batch_size or len(self))
+        lo, hi = start * step, min(stop * step, len(self))
+        return ArrayData({k: v[lo:hi] for k, v in self.arrays.items()}, self.batch_size,
+                         unbatched=self.unbatched)
+
+    def head(self, batches: int) -> ArrayData:
+        """The first ``batches`` feeds' samples."""
+        step = 1 if self.unbatched else (self.batch_size or len(self))
+        return ArrayData(self.arrays, self.batch_size, min(len(self), batches * step),
                          unbatched=self.unbatched)
 
 
@@ -129,6 +144,49 @@ class FeedList:
 
     def __len__(self) -> int:
         return len(self.feeds)
+
+    @property
+    def num_batches(self) -> int:
+        """How many feeds one iteration yields."""
+        return len(self.feeds)
+
+    def shard(self, index: int, count: int) -> FeedList:
+        """The ``index``-th of ``count`` runs of feeds (see :func:`shard_bounds`)."""
+        start, stop = shard_bounds(len(self.feeds), index, count)
+        return FeedList(self.feeds[start:stop])
+
+    def head(self, batches: int) -> FeedList:
+        """The first ``batches`` feeds."""
+        return FeedList(self.feeds[:batches])
+
+
+@runtime_checkable
+class ShardableData(CalibrationData, Protocol):
+    """Data that can be cut into runs of feeds, each collected apart (e.g. on other machines).
+
+    ``shard(i, n)`` for ``i`` in ``range(n)`` must yield, one after the other, exactly the feeds one
+    iteration of the whole yields: sharded statistics then merge into the same bits.
+    """
+
+    @property
+    def num_batches(self) -> int: ...
+
+    def shard(self, index: int, count: int) -> CalibrationData: ...
+
+
+def shard_bounds(n_batches: int, index: int, count: int) -> tuple[int, int]:
+    """Feeds ``[start, stop)`` of shard ``index`` of ``count``: consecutive runs, the first
+    ``n_batches % count`` of them one feed longer (``count`` is capped at ``n_batches``).
+
+    Raises:
+        DataError: ``index`` is not in ``range(count)``.
+    """
+    count = max(1, min(count, n_batches))
+    if not 0 <= index < count:
+        raise DataError(f"Shard {index} does not exist: the data is cut into {count} shard(s).")
+    size, extra = divmod(n_batches, count)
+    start = index * size + min(index, extra)
+    return start, start + size + (1 if index < extra else 0)
 
 
 DataSource = str | os.PathLike | Mapping[str, np.ndarray] | CalibrationData | Iterable[Feed]

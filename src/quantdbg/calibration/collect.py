@@ -10,7 +10,7 @@ import logging
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -18,9 +18,19 @@ import numpy as np
 import onnx
 
 from quantdbg._progress import track
-from quantdbg.calibration.stats import Collector, TensorStats
-from quantdbg.data import DataSource, FeedList, as_model_data, check_feed, samples_in
+from quantdbg.calibration.stats import Collector, TensorStats, merge_stats
+from quantdbg.config import check_shards
+from quantdbg.data import (
+    DataSource,
+    FeedList,
+    ShardableData,
+    as_model_data,
+    check_feed,
+    samples_in,
+    shard_bounds,
+)
 from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
+from quantdbg.execution import Executor
 from quantdbg.model import ModelSource, as_loaded, input_specs
 
 logger = logging.getLogger(__name__)
@@ -36,11 +46,17 @@ class CollectConfig:
         num_bins: Calibrator resolution of the histograms (``num_bins * HIST_OVERSAMPLE`` bins
             are collected).
         max_batches: Stop after this many feeds (None: all).
+        executor: Collect on it (None: in this process, one pass): the feeds are cut into
+            ``shards`` consecutive runs, each collected as a task, and the statistics merged
+            exactly (:func:`~quantdbg.calibration.stats.merge_stats`), so they are the same bits.
+        shards: Runs of feeds with an executor (None: its ``workers()``; at most one per feed).
     """
 
     histogram: bool | frozenset[str] = False
     num_bins: int = 2048
     max_batches: int | None = None
+    executor: Executor | None = field(default=None, compare=False)
+    shards: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.histogram, str):
@@ -52,6 +68,7 @@ class CollectConfig:
             raise ConfigError(f"CollectConfig.num_bins must be an integer >= 1, got {self.num_bins!r}.")
         if self.max_batches is not None and self.max_batches < 1:
             raise ConfigError(f"CollectConfig.max_batches must be >= 1 or None, got {self.max_batches}.")
+        check_shards(self.shards)
 
 
 class Collected(Mapping[str, TensorStats]):
@@ -167,6 +184,11 @@ def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str],
     names = list(dict.fromkeys(tensors))
     check_activations(proto, names, " (a weight): weight ranges come from the initializer itself, "
                       "not from calibration. Calibrate activations only.")
+    if config.executor is not None:
+        if session_options is not None:
+            raise ConfigError("session_options cannot travel to an executor's workers; drop them or "
+                              "collect without an executor.")
+        return _collect_sharded(proto, names, data, config, progress)
     stream = ActivationStream(proto, names, "calibration", _deterministic(session_options))
     collector = Collector(names, config.histogram, config.num_bins)
     # One worker scans batch b while ONNX Runtime computes batch b+1 (the numba kernel releases
@@ -180,6 +202,49 @@ def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str],
         if pending is not None:
             pending.result()
     return Collected(collector.result(), stream.n_batches, stream.n_samples)
+
+
+@dataclass(frozen=True)
+class _ShardJob:
+    """What every shard task reads (sent to each worker once): the model, the names, the data."""
+
+    model: onnx.ModelProto
+    names: tuple[str, ...]
+    config: CollectConfig
+    data: ShardableData = field(repr=False)
+
+
+def _collect_sharded(proto: onnx.ModelProto, names: list[str], data: DataSource, config: CollectConfig,
+                     progress: bool) -> Collected:
+    """:func:`collect_stats` over shards of the feeds, as tasks of ``config.executor``, merged exactly."""
+    executor = config.executor
+    assert executor is not None
+    feeds = as_model_data(data, proto)
+    if not isinstance(feeds, ShardableData):
+        raise ConfigError(f"Data of type {type(feeds).__name__} cannot be cut into shards; pass an .npz "
+                          "path, arrays or a list of feeds, or give the data num_batches and "
+                          "shard(index, count) (quantdbg.data.ShardableData).")
+    if config.max_batches is not None:
+        head = getattr(feeds, "head", None)
+        if head is None:
+            raise ConfigError(f"max_batches cannot be applied to sharded {type(feeds).__name__} data; "
+                              "cut the data to the batches wanted instead.")
+        feeds = head(config.max_batches)
+    count = max(1, min(config.shards or executor.workers(), feeds.num_batches))
+    job = _ShardJob(proto, tuple(names), CollectConfig(config.histogram, config.num_bins), feeds)
+    parts: list[Collected] = executor.map(_collect_shard, [(i, count) for i in range(count)], shared=job,
+                                          desc="calibration shards", progress=progress)
+    merged = {name: merge_stats(name, (part[name] for part in parts)) for name in names}
+    return Collected(merged, sum(p.n_batches for p in parts), sum(p.n_samples for p in parts))
+
+
+def _collect_shard(job: _ShardJob, shard: tuple[int, int]) -> Collected:
+    try:
+        return collect_stats(job.model, job.data.shard(*shard), job.names, job.config)
+    except (DataError, BackendError) as err:  # batch numbers in the message count from the shard's start
+        start, stop = shard_bounds(job.data.num_batches, *shard)
+        raise type(err)(f"Calibration shard {shard[0] + 1} of {shard[1]} (batches {start} to {stop - 1} of "
+                        f"the data): {err}") from err
 
 
 def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray]) -> None:

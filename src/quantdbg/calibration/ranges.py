@@ -66,7 +66,8 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     Args:
         model: FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
         data: Calibration data (``.npz`` path, arrays, or feeds; see :func:`quantdbg.data.as_data`).
-        config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit.
+        config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit, and
+            the executor collecting the statistics in shards (same ranges, bit for bit).
         placement: Where Q/DQ pairs go: a QuantConfig to plan from, or a ready plan (from
             :func:`quantdbg.placement.plan_qdq` on this model, e.g. the one ``insert_qdq`` will use).
         progress: Show a progress bar (tqdm when installed, else log lines).
@@ -98,7 +99,7 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
                      kind="tensor")
     chosen, groups = _choices(config, plan)
     need_hist = frozenset(name for name, cal in chosen.items() if cal.needs_histogram)
-    collect = CollectConfig(need_hist, config.num_bins, config.max_batches)
+    collect = CollectConfig(need_hist, config.num_bins, config.max_batches, config.executor, config.shards)
     collected = collect_stats(loaded, data, tensors, collect, progress=progress,
                               session_options=session_options)
     warn_nonfinite(collected)

@@ -1,5 +1,5 @@
-"""What several subcommands share: output-path checks, and the model / data / metric options of
-``analyze`` and ``fallback`` with the API objects they turn into."""
+"""What several subcommands share: output-path checks, the model / data / metric options of
+``analyze`` and ``fallback`` with the API objects they turn into, and where the work runs (``--ray``)."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import difflib
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from quantdbg.data import as_model_data
 from quantdbg.diagnostics import FAIL_ON, FAIL_ON_SHOWN
 from quantdbg.errors import ConfigError, DataError, ModelError
 from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, Top1Agreement
+from quantdbg.execution import Executor, RayExecutor
 from quantdbg.model import as_loaded, quantized_nodes
 from quantdbg.qdq import quantize, records_from_model
 
@@ -67,6 +69,45 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         "model path and the last printed line is the metric.")
     parser.add_argument("--lower-is-better", action="store_true",
                         help="The --evaluate metric is lower-is-better.")
+    add_execution_options(parser)
+
+
+_LOCAL_RAY = "local"
+
+
+def add_execution_options(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--ray [ADDRESS]`` and ``--shards N``: run the calibration shards and the sweeps on Ray."""
+    parser.add_argument("--ray", nargs="?", const=_LOCAL_RAY, metavar="ADDRESS",
+                        help="Run calibration shards, sensitivity variants and search rounds as Ray tasks: "
+                             "alone, on a local Ray instance; 'auto' or HOST:PORT joins a running cluster "
+                             "(needs quantdbg[ray]).")
+    parser.add_argument("--shards", type=int, metavar="N",
+                        help="With --ray: calibration data split into N shards (default: the cluster's "
+                             "CPUs).")
+
+
+def executor(args: argparse.Namespace) -> Executor | None:
+    """The executor ``--ray`` asks for (None: run here).
+
+    Raises:
+        ConfigError: ``--shards`` without ``--ray`` or below 1, or an ADDRESS that is not one.
+    """
+    ray, shards = getattr(args, "ray", None), getattr(args, "shards", None)
+    if shards is not None and shards < 1:
+        raise ConfigError(f"--shards must be >= 1, got {shards}.")
+    if ray is None:
+        if shards is not None:
+            raise ConfigError("--shards splits the calibration over --ray workers; add --ray.")
+        return None
+    if ray != _LOCAL_RAY and ray != "auto" and ":" not in ray:
+        raise ConfigError(f"--ray {ray!r} is not a cluster address: give 'auto' or HOST:PORT, nothing for a "
+                          "local Ray instance (put --ray after MODEL).")
+    return RayExecutor(None if ray == _LOCAL_RAY else ray)
+
+
+def on_executor(calib: CalibConfig, args: argparse.Namespace, run: Executor | None) -> CalibConfig:
+    """``calib`` collecting its statistics on ``run`` in ``--shards`` shards (unchanged without one)."""
+    return calib if run is None else replace(calib, executor=run, shards=getattr(args, "shards", None))
 
 
 def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -95,8 +136,9 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
     if not args.data:
         raise ConfigError(f"MODEL {args.model!r} is FP32: give calibration data with --data CALIB.npz to "
                           "quantize it.")
-    qmodel = quantize(loaded, args.data, CalibConfig(method=args.method), quant_config(args),
-                      batch_size=args.batch_size, progress=show_progress(args))
+    calib = on_executor(CalibConfig(method=args.method), args, executor(args))
+    qmodel = quantize(loaded, args.data, calib, quant_config(args), batch_size=args.batch_size,
+                      progress=show_progress(args))
     return loaded, qmodel
 
 

@@ -17,6 +17,7 @@ from quantdbg.cli._options import (
     add_out_option,
     check_out,
     eval_data,
+    executor,
     load_models,
     show_progress,
     task_metric,
@@ -56,7 +57,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     data = eval_data(args, fp_model)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
-                               progress=show_progress(args), results_path=partial)
+                               progress=show_progress(args), results_path=partial, executor=executor(args))
     report = analyze_sensitivity(fp_model, qmodel, data, config, metric=metric)
     report.write(args.out)
     if partial.exists():

@@ -18,10 +18,13 @@ from quantdbg.calibration import available_calibrators
 from quantdbg.cli._options import (
     READY_METRICS,
     add_data_option,
+    add_execution_options,
     add_out_option,
     add_quant_options,
     check_out,
     eval_data,
+    executor,
+    on_executor,
     quant_config,
     show_progress,
     task_metric,
@@ -83,6 +86,7 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     auto.add_argument("--resume", metavar="FILE", help="Progress file to resume from and write (default "
                       "PLAN.json.partial, deleted once the run is done).")
     add_quant_options(auto)
+    add_execution_options(auto)
 
 
 def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
@@ -97,11 +101,13 @@ def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     if not 0.0 < args.max_fallback <= 100.0:
         raise ConfigError(f"--max-fallback is a percentage in (0, 100], got {args.max_fallback:g}.")
-    fallback = FallbackConfig(SensitivityConfig(mode=args.mode), precision=Precision(args.precision),
-                              max_evaluations=args.max_evaluations)
-    return AutoConfig(CalibConfig(method=args.method), quant_config(args), tuple(args.repairs),
-                      fallback=fallback, max_fallback_share=args.max_fallback / 100.0,
-                      batch_size=args.batch_size,
+    run = executor(args)
+    fallback = FallbackConfig(SensitivityConfig(mode=args.mode, executor=run),
+                              precision=Precision(args.precision), max_evaluations=args.max_evaluations,
+                              executor=run)
+    calib = on_executor(CalibConfig(method=args.method), args, run)
+    return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback,
+                      max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
                       progress=show_progress(args), resume_path=resume)
 
 

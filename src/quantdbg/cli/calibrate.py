@@ -10,8 +10,11 @@ from typing import Any
 from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
 from quantdbg.cli._options import (
     add_data_option,
+    add_execution_options,
     add_out_option,
     add_quant_options,
+    executor,
+    on_executor,
     quant_config,
     show_progress,
 )
@@ -50,6 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Calibrator for activations read by an op type, e.g. Conv=entropy.")
     parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
                         help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
+    add_execution_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -64,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     """
     outputs = _check_paths(args)
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
+    calib = on_executor(calib, args, executor(args))
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     qmodel = quantize(args.model, args.data, calib, quant_config(args), batch_size=args.batch_size,

@@ -14,6 +14,7 @@ from quantdbg.cli._options import (
     add_out_option,
     check_out,
     eval_data,
+    executor,
     load_models,
     show_progress,
     task_metric,
@@ -77,8 +78,10 @@ def run_fallback(args: argparse.Namespace) -> int:
         target = type(target)(target.kind, target.threshold, True, target.reference)
     data = eval_data(args, fp_model)
     report = SensitivityReport.read(args.report) if args.report else None
-    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args)),
-                            precision=Precision(args.precision), max_evaluations=args.max_evaluations)
+    run = executor(args)
+    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
+                            precision=Precision(args.precision), max_evaluations=args.max_evaluations,
+                            executor=run)
     with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
     if result.mixed is None:

@@ -84,6 +84,9 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
         if target.kind == "relative_loss" and target.reference is None:
             target = target.with_reference(scorer.reference_value())
         evaluate, verify = _scoring(scorer, config.precision)
+        if config.executor is not None and not scorer.metric.needs_model:
+            scorer.reference()  # before the workers get the scorer: they reuse it
+            _ = scorer.switch
         plan = search_fallback(report, evaluate, target, config.search, verify=verify)
     plan = plan.with_precision(config.precision)
     unreachable = plan.status == "unreachable"
@@ -108,18 +111,29 @@ def _scorer(evaluator: VariantEvaluator, target: FallbackTarget, stack: ExitStac
 
 def _scoring(scorer: VariantEvaluator, precision: Precision) -> tuple[Score, Score]:
     """``evaluate`` (the switchable graph, or the mixed model for model-file metrics) and ``verify``
-    (the real mixed model) of the search."""
-    task, qmodel, layers = scorer.metric, scorer.qmodel, scorer.layers
+    (the real mixed model) of the search; objects, not closures, so an executor's workers get them."""
+    return _Evaluate(scorer, precision), _Verify(scorer, precision)
 
-    def evaluate(exclude: frozenset[str]) -> float:
+
+@dataclass(frozen=True)
+class _Evaluate:
+    scorer: VariantEvaluator
+    precision: Precision
+
+    def __call__(self, exclude: frozenset[str]) -> float:
+        task, qmodel = self.scorer.metric, self.scorer.qmodel
         if task.needs_model:
-            return task.evaluate_model(mixed_model(qmodel, exclude, precision).model)
-        return scorer.run([n for n in layers if n not in exclude]).value
+            return task.evaluate_model(mixed_model(qmodel, exclude, self.precision).model)
+        return self.scorer.run([n for n in self.scorer.layers if n not in exclude]).value
 
-    def verify(exclude: frozenset[str]) -> float:
-        return scorer.run_model(mixed_model(qmodel, exclude, precision).model).value
 
-    return evaluate, verify
+@dataclass(frozen=True)
+class _Verify:
+    scorer: VariantEvaluator
+    precision: Precision
+
+    def __call__(self, exclude: frozenset[str]) -> float:
+        return self.scorer.run_model(mixed_model(self.scorer.qmodel, exclude, self.precision).model).value
 
 
 __all__ = ["FallbackResult", "auto_fallback"]

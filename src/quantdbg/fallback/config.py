@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from quantdbg._json import Serializable
+from quantdbg._json import Serializable, transient
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, check_choice
+from quantdbg.execution import Executor
 from quantdbg.fallback.budget import GALLOP_SHARE, default_budget
 from quantdbg.fallback.plan import STRATEGIES, Strategy
 from quantdbg.sensitivity import SensitivityConfig
@@ -39,6 +40,9 @@ class SearchConfig(Serializable):
         gallop_share: ``"auto"``: the largest ranked prefix tried, as a share of the layers.
         patience: ``"auto"``: leave the gallop after this many prefixes in a row that do not improve
             on the best earlier prefix's value (None: walk every prefix up to the share).
+        executor: Runs the independent evaluations of a round (the ``"auto"`` gallop's prefixes) as
+            tasks; ``evaluate`` then travels to its workers, so it must pickle. The plan is the same
+            as without one. None: one evaluation at a time, here. Not part of the JSON form.
 
     Raises:
         ConfigError: Unknown strategy, a budget below 1, a share outside (0, 1] or a patience below 1.
@@ -48,6 +52,7 @@ class SearchConfig(Serializable):
     max_evaluations: int | None = None
     gallop_share: float = GALLOP_SHARE
     patience: int | None = None
+    executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
     def __post_init__(self) -> None:
         _check_search(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
@@ -73,6 +78,8 @@ class FallbackConfig(Serializable):
         max_evaluations: Search budget (None: the strategy's default budget).
         gallop_share: ``"auto"``: the largest ranked prefix tried, as a share of the layers.
         patience: ``"auto"``: leave the gallop after this many prefixes in a row without improvement.
+        executor: Runs the independent evaluations of a search round as tasks (see
+            :class:`SearchConfig`); the ranking's sweep runs on ``sensitivity.executor``.
 
     Raises:
         ConfigError: Unknown strategy, a budget below 1, a share outside (0, 1] or a patience below 1.
@@ -84,6 +91,7 @@ class FallbackConfig(Serializable):
     max_evaluations: int | None = None
     gallop_share: float = GALLOP_SHARE
     patience: int | None = None
+    executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
     def __post_init__(self) -> None:
         _check_search(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
@@ -92,7 +100,8 @@ class FallbackConfig(Serializable):
     @property
     def search(self) -> SearchConfig:
         """The search settings."""
-        return SearchConfig(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
+        return SearchConfig(self.strategy, self.max_evaluations, self.gallop_share, self.patience,
+                            self.executor)
 
 
 __all__ = ["FallbackConfig", "SearchConfig"]

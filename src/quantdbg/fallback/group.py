@@ -46,8 +46,10 @@ def gallop(ledger: Ledger, names: tuple[str, ...], config: SearchConfig) -> int 
     """
     best: float | None = None
     stale = 0
+    sizes = gallop_sizes(len(names), config.gallop_share)
     with ledger.shared_round():
-        for size in gallop_sizes(len(names), config.gallop_share):
+        ledger.prefetch(frozenset(names[:size]) for size in sizes)  # the round's sets are independent
+        for size in sizes:
             prefix = frozenset(names[:size])
             if ledger.met(prefix, "search"):
                 return size

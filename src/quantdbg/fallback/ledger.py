@@ -36,6 +36,8 @@ class Ledger:
         failing: Sets seen to miss it.
         marking: Mark each evaluation with its round (see :attr:`FallbackEvaluation.round`): a new
             round per evaluation, one round for those inside :meth:`shared_round`.
+        evaluate_many: ``evaluate_many(sets) -> values``: evaluates independent sets at once (e.g.
+            as tasks on several workers), for :meth:`prefetch`; None: one at a time.
     """
 
     evaluate: Callable[[frozenset[str]], float]
@@ -46,6 +48,8 @@ class Ledger:
     passing: list[frozenset[str]] = field(default_factory=list)
     failing: list[frozenset[str]] = field(default_factory=list)
     marking: bool = False
+    evaluate_many: Callable[[list[frozenset[str]]], list[float]] | None = None
+    _ahead: dict[frozenset[str], float] = field(default_factory=dict, init=False, repr=False)
     _rounds: int = field(default=0, init=False, repr=False)
     _shared: int | None = field(default=None, init=False, repr=False)
 
@@ -73,13 +77,28 @@ class Ledger:
             return known
         if self.n_search >= self.budget:
             raise BudgetExhausted
-        value = float(self.evaluate(exclude))
+        value = float(self._ahead.pop(exclude)) if exclude in self._ahead else float(self.evaluate(exclude))
         ok = self.target.is_met(value)
         (self.passing if ok else self.failing).append(exclude)
         self.log.append(FallbackEvaluation(self.ranked(exclude), value, ok, purpose, self._round()))
         logger.info("fallback %s evaluation %d/%d: %d node(s) kept out of INT8 -> %.6g (%s)", purpose,
                     self.n_search, self.budget, len(exclude), value, "met" if ok else "missed")
         return ok
+
+    def prefetch(self, sets: Iterable[frozenset[str]]) -> None:
+        """Evaluates at once the sets of a round the search may ask next, with ``evaluate_many``.
+
+        Only sets no earlier evaluation decides are evaluated, at most as many as the budget has
+        left; :meth:`met` then takes their values instead of evaluating, so the log, the budget and
+        the plan are exactly those of asking one set at a time (a set the search never asks costs
+        work, not budget).
+        """
+        if self.evaluate_many is None:
+            return
+        left = self.budget - self.n_search
+        todo = [s for s in dict.fromkeys(sets) if self.known(s) is None and s not in self._ahead][:left]
+        if len(todo) > 1:
+            self._ahead.update(zip(todo, (float(v) for v in self.evaluate_many(todo)), strict=True))
 
     def _round(self) -> int | None:
         if not self.marking:

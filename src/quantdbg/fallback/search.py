@@ -25,10 +25,12 @@ The final set is verified once more (by default on the real mixed-precision mode
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
 from quantdbg.errors import ConfigError
+from quantdbg.execution import Executor
 from quantdbg.fallback.config import SearchConfig
 from quantdbg.fallback.group import gallop, quickxplain
 from quantdbg.fallback.ledger import BudgetExhausted, Ledger
@@ -98,8 +100,9 @@ def search_fallback(ranking: SensitivityReport | Sequence[str], evaluate: Score,
     names = _ranking_names(ranking, config.strategy)
     if target.kind == "relative_loss" and target.reference is None:
         target.relative_loss(0.0)  # raises the ConfigError that explains the missing reference
+    many = None if config.executor is None else functools.partial(_evaluate_many, config.executor, evaluate)
     ledger = Ledger(evaluate, target, {n: i for i, n in enumerate(names)}, config.budget(len(names)),
-                    marking=config.strategy == "auto")
+                    marking=config.strategy == "auto", evaluate_many=many)
     if config.strategy == "auto":
         return _auto(ledger, names, config, verify or evaluate)
     try:
@@ -112,6 +115,14 @@ def search_fallback(ranking: SensitivityReport | Sequence[str], evaluate: Score,
     if config.strategy == "bisect":
         chosen, minimal = prune(ledger, chosen)
     return _verified(ledger, names, chosen, minimal, config.strategy, verify or evaluate)
+
+
+def _evaluate_many(executor: Executor, evaluate: Score, sets: list[frozenset[str]]) -> list[float]:
+    return executor.map(_evaluate_one, sets, shared=evaluate, desc="fallback search round")
+
+
+def _evaluate_one(evaluate: Score, exclude: frozenset[str]) -> float:
+    return float(evaluate(exclude))
 
 
 def _auto(ledger: Ledger, names: tuple[str, ...], config: SearchConfig, verify: Score) -> FallbackPlan:

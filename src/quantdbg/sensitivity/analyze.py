@@ -42,8 +42,8 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         config: Mode, parallel jobs, evidence, progress bars and the resumable results file.
         metric: What isolated / leave-one-out variants are scored by: an output-metric name or
             a :class:`~quantdbg.evaluation.TaskMetric` (e.g. a command).
-        runner_factory: Makes the runners (default: ONNX Runtime, CPU; with ``jobs > 1`` each
-            process gets an equal share of the cores).
+        runner_factory: Makes the runners (default: ONNX Runtime, CPU; with ``jobs > 1`` or an
+            executor of several workers each worker gets an equal share of this machine's cores).
 
     Returns:
         The report, most sensitive layer first.
@@ -55,8 +55,9 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         DataError: The data does not match the model.
     """
     start = time.perf_counter()
-    if runner_factory is None and config.jobs > 1:
-        runner_factory = default_runner_factory(max(1, (os.cpu_count() or 1) // config.jobs))
+    parallel = config.executor.workers() if config.executor is not None else config.jobs
+    if runner_factory is None and parallel > 1:
+        runner_factory = default_runner_factory(max(1, (os.cpu_count() or 1) // parallel))
     with VariantEvaluator(fp_model, qmodel, data, metric, runner_factory) as evaluator:
         fingerprint = evaluator.fingerprint(config.mode) if config.results_path is not None else ""
         state = ResultsFile.open(config.results_path, fingerprint, config.mode)
@@ -66,7 +67,8 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         if config.evidence:
             found.evidence = collect_evidence(evaluator, config)
         if _wants_output_space(config):
-            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress)
+            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress,
+                                                      config.executor)
         report = found.report(evaluator, config.mode, time.perf_counter() - start, fingerprint)
     if config.results_path is not None:
         report.write(config.results_path)
@@ -91,7 +93,7 @@ def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
         report = replace(report, layers=layers)
     if missing_output:
         report = replace(report, output_space=measure_output_space(evaluator, config.output_samples,
-                                                                   config.progress))
+                                                                   config.progress, config.executor))
     report.write(config.results_path)  # type: ignore[arg-type]
     return report
 

@@ -13,12 +13,13 @@ The modes, from cheapest to most faithful:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from quantdbg._json import Serializable
+from quantdbg._json import Serializable, transient
 from quantdbg.errors import ConfigError, check_choice
+from quantdbg.execution import Executor
 
 Mode = Literal["isolated", "leave-one-out", "local", "cumulative"]
 """A sensitivity analysis mode (see the module docstring)."""
@@ -56,6 +57,9 @@ class SensitivityConfig(Serializable):
             batches of the data holding at least this many samples, for the output-space ranking
             (one short pass per layer; 0: no output-space ranking; more than the data holds: every
             sample). Counted in samples, so a model fed one sample at a time gets as many.
+        executor: Runs the isolated / leave-one-out variants as tasks (e.g. a
+            :class:`~quantdbg.execution.RayExecutor`); None: ``jobs`` local processes. Results are
+            the same either way. Not part of the JSON form or of equality.
 
     Raises:
         ConfigError: Unknown mode, ``jobs`` / ``evidence_batches`` below 1, or ``output_samples`` below 0.
@@ -68,6 +72,7 @@ class SensitivityConfig(Serializable):
     progress: bool = False
     results_path: Path | None = None
     output_samples: int = OUTPUT_SAMPLES
+    executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
     def __post_init__(self) -> None:
         check_choice("sensitivity mode", self.mode, MODES)

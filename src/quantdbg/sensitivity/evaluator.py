@@ -138,6 +138,13 @@ class VariantEvaluator:
             self._runner = self.runner_factory(self.switch.model)
         return self._runner
 
+    def __reduce__(self) -> tuple[object, tuple[dict[str, object]]]:
+        """Travels to a worker process as a plain evaluator without its session: each worker opens its
+        own, and what a subclass adds (e.g. a journal of evaluations) stays with the driver."""
+        state = {name: self.__dict__[name] for name in _TRAVELS}
+        state["_runner"] = None
+        return _plain_evaluator, (state,)
+
     def detach(self) -> None:
         """Forgets (without closing) the session; a forked worker then builds its own."""
         self._runner = None
@@ -260,6 +267,17 @@ class VariantEvaluator:
             if seen >= samples:
                 break
         return batches
+
+
+_TRAVELS = ("fp_model", "qmodel", "metric", "data", "runner_factory", "n_passes", "_switch", "_runner",
+            "_reference", "_head")
+"""The attributes a :class:`VariantEvaluator` is made of (what a worker gets)."""
+
+
+def _plain_evaluator(state: dict[str, object]) -> VariantEvaluator:
+    evaluator = VariantEvaluator.__new__(VariantEvaluator)
+    evaluator.__dict__.update(state)
+    return evaluator
 
 
 def _feed_samples(feed: Mapping[str, np.ndarray]) -> int:

@@ -17,6 +17,7 @@ from quantdbg._json import Serializable
 from quantdbg._progress import track
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import Accuracy, OutputMetric, TaskMetric
+from quantdbg.execution import Executor
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 
 
@@ -73,7 +74,12 @@ def _score(evaluator: VariantEvaluator, layer: str, metric: TaskMetric, batches:
                           "ranking, or a number >= the data's samples to score every sample.") from err
 
 
-def measure_output_space(evaluator: VariantEvaluator, samples: int, progress: bool = False) -> OutputSpace:
+def _score_task(evaluator: VariantEvaluator, task: tuple[str, TaskMetric, int]) -> VariantResult:
+    return _score(evaluator, *task)
+
+
+def measure_output_space(evaluator: VariantEvaluator, samples: int, progress: bool = False,
+                         executor: Executor | None = None) -> OutputSpace:
     """Quantizes each layer alone and scores the model's outputs on the first batches of the data.
 
     Args:
@@ -81,6 +87,8 @@ def measure_output_space(evaluator: VariantEvaluator, samples: int, progress: bo
         samples: Each variant runs on the first batches holding at least this many samples
             (every batch when the data holds fewer).
         progress: Show a progress bar.
+        executor: Runs the layers' variants as tasks (None: one after another, here); the values
+            are the same.
 
     Returns:
         The output-space values and ranking.
@@ -91,9 +99,16 @@ def measure_output_space(evaluator: VariantEvaluator, samples: int, progress: bo
     reference = evaluator.head_reference(evaluator.batches_holding(samples))
     n_samples = evaluator.samples(len(reference))
     metric = _batch_metric(evaluator.metric, n_samples)
-    results = {layer: _score(evaluator, layer, metric, len(reference))
-               for layer in track(evaluator.layers, desc="sensitivity (output space)", enabled=progress,
-                                  unit="layer")}
+    if executor is None:
+        results = {layer: _score(evaluator, layer, metric, len(reference))
+                   for layer in track(evaluator.layers, desc="sensitivity (output space)", enabled=progress,
+                                      unit="layer")}
+    else:
+        _ = evaluator.switch  # built once, before the workers get the evaluator
+        tasks = [(layer, metric, len(reference)) for layer in evaluator.layers]
+        found = executor.map(_score_task, tasks, shared=evaluator, desc="sensitivity (output space)",
+                             progress=progress)
+        results = dict(zip(evaluator.layers, found, strict=True))
     values = {layer: r.value for layer, r in results.items()}
     sqnr = {layer: math.nan if r.comparison is None else r.comparison.total.sqnr_db
             for layer, r in results.items()}

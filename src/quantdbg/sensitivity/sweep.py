@@ -1,19 +1,18 @@
 """The ``isolated`` and ``leave-one-out`` modes: one full evaluation per layer.
 
 Every variant is a feed to one session of the switchable graph; the FP32 reference outputs are
-computed once. ``jobs > 1`` spreads the variants over forked processes, each with its own session;
-every finished variant is recorded in the results file, so an interrupted sweep resumes.
+computed once, before any task. The variants run through the configured executor (``jobs`` local
+processes, or e.g. a Ray cluster): each worker receives the evaluator once and keeps one session
+for all its variants. Every finished variant is recorded in the results file as it arrives, so an
+interrupted sweep resumes without the variants already done.
 """
 from __future__ import annotations
 
 import logging
-import multiprocessing
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any
+from collections.abc import Sequence
 
-from quantdbg._progress import track
 from quantdbg.evaluation import OutputMetrics
+from quantdbg.execution import Executor, LocalExecutor
 from quantdbg.sensitivity.config import Mode, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 from quantdbg.sensitivity.measurement import Measurement
@@ -33,13 +32,18 @@ def variant_of(mode: Mode, layers: Sequence[str], name: str) -> tuple[str, ...]:
     return (name,) if mode == "isolated" else tuple(n for n in layers if n != name)
 
 
+def executor_of(config: SensitivityConfig) -> Executor:
+    """The configured executor, else ``config.jobs`` local processes."""
+    return config.executor if config.executor is not None else LocalExecutor(config.jobs)
+
+
 def measure_sweep(evaluator: VariantEvaluator, config: SensitivityConfig, state: ResultsFile) -> Measurement:
     """Evaluates the baseline and every layer's variant (those not already in ``state``).
 
     Args:
         evaluator: The models, data and task metric.
-        config: ``mode`` (isolated or leave-one-out), ``jobs`` and ``progress``.
-        state: The results file; every new result is recorded there.
+        config: ``mode`` (isolated or leave-one-out), ``executor`` / ``jobs`` and ``progress``.
+        state: The results file; every new result is recorded there as it arrives.
 
     Returns:
         The measurement: the task metric of each variant, signed so larger is more sensitive.
@@ -47,14 +51,18 @@ def measure_sweep(evaluator: VariantEvaluator, config: SensitivityConfig, state:
     mode, layers = config.mode, evaluator.layers
     todo = [n for n in (BASELINE, *layers) if n not in state.done]
     if not evaluator.metric.needs_model:
-        evaluator.reference()  # before any fork: workers inherit it
+        evaluator.reference()  # before any task: every worker reuses it
+        _ = evaluator.switch
     results = dict(state.done)
-    items = _evaluate_parallel(evaluator, mode, todo, config.jobs) if config.jobs > 1 and len(todo) > 1 \
-        else ((n, evaluator.run(variant_of(mode, layers, n))) for n in todo)
-    for name, result in track(items, total=len(todo), desc=f"sensitivity ({mode})", enabled=config.progress,
-                              unit="variant"):
-        results[name] = result
-        state.record(name, result)
+
+    def record(index: int, found: tuple[VariantResult, int]) -> None:
+        result, passes = found
+        evaluator.n_passes += passes
+        results[todo[index]] = result
+        state.record(todo[index], result)
+
+    executor_of(config).map(_run_variant, [(mode, n) for n in todo], shared=evaluator, on_result=record,
+                            desc=f"sensitivity ({mode})", progress=config.progress)
     hib = evaluator.metric.higher_is_better
     sign = (-1.0 if hib else 1.0) * (1.0 if mode == "isolated" else -1.0)
     found = Measurement({n: sign * results[n].value for n in layers}, {n: results[n].value for n in layers},
@@ -65,40 +73,17 @@ def measure_sweep(evaluator: VariantEvaluator, config: SensitivityConfig, state:
     return found
 
 
+def _run_variant(evaluator: VariantEvaluator, task: tuple[Mode, str]) -> tuple[VariantResult, int]:
+    """One variant's result and the passes it made (counted by the driver, wherever this ran)."""
+    mode, name = task
+    before = evaluator.n_passes
+    result = evaluator.run(variant_of(mode, evaluator.layers, name))
+    passes, evaluator.n_passes = evaluator.n_passes - before, before
+    return result, passes
+
+
 def _total(result: VariantResult) -> OutputMetrics | None:
     return None if result.comparison is None else result.comparison.total
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init() -> None:
-    _WORKER["evaluator"].detach()  # the inherited session belongs to the parent
-
-
-def _worker_run(mode: Mode, name: str) -> tuple[str, dict[str, Any]]:
-    evaluator: VariantEvaluator = _WORKER["evaluator"]
-    return name, evaluator.run(variant_of(mode, evaluator.layers, name)).to_dict()
-
-
-def _evaluate_parallel(evaluator: VariantEvaluator, mode: Mode, names: Sequence[str],
-                       jobs: int) -> Iterable[tuple[str, VariantResult]]:
-    """Evaluates variants in ``jobs`` forked processes, each with its own session."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        logger.warning("jobs=%d needs the 'fork' start method, absent here; evaluating serially.", jobs)
-        for name in names:
-            yield name, evaluator.run(variant_of(mode, evaluator.layers, name))
-        return
-    _WORKER["evaluator"] = evaluator
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init) as pool:
-            futures = [pool.submit(_worker_run, mode, name) for name in names]
-            for future in as_completed(futures):
-                name, result = future.result()
-                yield name, VariantResult.from_dict(result)
-    finally:
-        _WORKER.clear()
-
-
-__all__ = ["BASELINE", "measure_sweep", "variant_of"]
+__all__ = ["BASELINE", "executor_of", "measure_sweep", "variant_of"]
