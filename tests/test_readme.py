@@ -97,7 +97,7 @@ def test_exported_data_has_the_layout_the_readme_describes(folder):
 
 
 def test_the_readme_python_runs_as_written(folder):
-    (python,) = _blocks("python")
+    python, _ = _blocks("python")  # the second, Scaling out, has its own test
     written = re.findall(r"\.(?:save|write)\(\"([^\"]+)\"\)", python)
     assert written == ["model_int8.onnx", "plan.json"]
     if not (folder / "eval.npz").is_file():
@@ -109,3 +109,23 @@ def test_the_readme_python_runs_as_written(folder):
     assert done.returncode == 0, done.stderr
     assert all((folder / name).is_file() for name in written)
     assert "relative loss <= 1 %" in done.stdout  # the verdict it prints
+
+
+def test_the_scaling_out_python_runs_as_written_and_matches_one_process(folder):
+    pytest.importorskip("ray")
+    _, scaling_out = _blocks("python")
+    if not (folder / "eval.npz").is_file():
+        assert _run("quantdbg demo --export .", folder).returncode == 0
+    # The same analysis in this process: the Ray run ranks the layers identically, with the same scores
+    # up to ONNX Runtime's thread count (one per Ray worker, every core here: summation order).
+    check = ("\nserial = analyze_sensitivity('model.onnx', quantize('model.onnx', 'calib.npz', "
+             "CalibConfig(method='entropy')), 'eval.npz', SensitivityConfig(mode='isolated'))\n"
+             "import numpy as np\n"
+             "assert [x.node for x in report.layers] == [x.node for x in serial.layers]\n"
+             "np.testing.assert_allclose([x.score for x in report.layers], [x.score for x in serial.layers], "
+             "rtol=1e-6)\n"
+             "print('same as one process')\n")
+    (folder / "scaling_out.py").write_text(scaling_out + check)
+    done = _run(f"{shlex.quote(sys.executable)} scaling_out.py", folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("same as one process")
