@@ -59,7 +59,9 @@ class SensitivityConfig(Serializable):
             sample). Counted in samples, so a model fed one sample at a time gets as many.
         executor: Runs the isolated / leave-one-out variants as tasks (e.g. a
             :class:`~quantdbg.execution.RayExecutor`); None: ``jobs`` local processes. Results are
-            the same either way. Not part of the JSON form or of equality.
+            the same bits as a serial run with the same runners (the default runners give each
+            worker an equal share of the cores, and ONNX Runtime's threaded kernels can differ in
+            the last bits between thread counts). Not part of the JSON form or of equality.
 
     Raises:
         ConfigError: Unknown mode, ``jobs`` / ``evidence_batches`` below 1, or ``output_samples`` below 0.
