@@ -138,7 +138,9 @@ def test_fallback_section_holds_every_evaluation_and_the_kept_layers():
         for i, e in enumerate(plan.evaluations, 1))
     # value = the number of layers kept out of INT8
     assert all(row[3] == row[2] for row in tables["fallback-evaluations"].rows)
-    assert section.code[1] == f"modelopt nodes_to_exclude={list(plan.exclude)!r}"
+    # No mixed model written yet: placeholder paths, and ModelOpt's exclusion as a flag.
+    assert section.code[0].splitlines()[1] == plan.commands.trtexec
+    assert section.code[0].splitlines()[-1] == "# ModelOpt: --nodes_to_exclude " + " ".join(plan.exclude)
     assert [p.title for p in section.plots] == ["Fallback search"]
 
 

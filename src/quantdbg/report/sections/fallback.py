@@ -2,6 +2,7 @@
 build commands."""
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -22,6 +23,15 @@ def phases_paragraph(plan: FallbackPlan) -> str:
     """E.g. ``Evaluations by phase: 4 search (ranked prefixes), 12 group (group testing), 1 verify ...``."""
     counts = ", ".join(f"{n} {phase} ({PHASE_MEANING[phase]})" for phase, n in plan.phases.items())
     return f"Evaluations by phase: {counts or 'none'}."
+
+
+def build_code(plan: FallbackPlan) -> tuple[str, ...]:
+    """The build commands as shell lines, each after a comment saying what it does (placeholder
+    paths ``MIXED.onnx`` until the plan knows the mixed model's file)."""
+    lines = [f"# {what}\n{command}" for what, command in plan.commands.lines()]
+    if not any("modelopt" in line for line in lines) and plan.exclude:
+        lines.append(f"# ModelOpt: --nodes_to_exclude {shlex.join(plan.exclude)}")
+    return ("\n".join(lines),)
 
 
 def fallback_sections(plan: FallbackPlan) -> list[Section]:
@@ -46,6 +56,5 @@ def fallback_sections(plan: FallbackPlan) -> list[Section]:
         return png(fallback_figure(sizes, values, met, plan.target.threshold, plan.target.kind))
 
     plots = (Plot("Fallback search", draw, "Metric of each evaluation"),) if plan.evaluations else ()
-    code = (" ".join(plan.tensorrt.trtexec_args()),
-            f"modelopt nodes_to_exclude={list(plan.exclude)!r}")
+    code = build_code(plan)
     return [Section("Fallback plan", tuple(paragraphs), (evals, kept), plots, code)]
