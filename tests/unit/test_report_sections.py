@@ -130,7 +130,10 @@ def test_chart_values_by_mode():
 def test_fallback_section_holds_every_evaluation_and_the_kept_layers():
     ranking = ("a", "b", "c")
     plan = search_fallback(ranking, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(2.0))
-    [section] = sections_of(plan)
+    verdict, build, section = sections_of(plan)
+    assert (verdict.title, build.title) == ("Verdict", "Build") and verdict.lead and build.lead
+    assert verdict.paragraphs[0] == ("Target met (metric >= 2): 2 with 2 layer(s) kept out of INT8 (fp16).")
+    assert [item.split(":")[0] for item in verdict.items] == list(plan.exclude)
     tables = _tables([section])
     assert tables["fallback-exclude"].rows == tuple((node, ranking.index(node) + 1) for node in plan.exclude)
     assert tables["fallback-evaluations"].rows == tuple(
@@ -138,9 +141,11 @@ def test_fallback_section_holds_every_evaluation_and_the_kept_layers():
         for i, e in enumerate(plan.evaluations, 1))
     # value = the number of layers kept out of INT8
     assert all(row[3] == row[2] for row in tables["fallback-evaluations"].rows)
-    # No mixed model written yet: placeholder paths, and ModelOpt's exclusion as a flag.
-    assert section.code[0].splitlines()[1] == plan.commands.trtexec
-    assert section.code[0].splitlines()[-1] == "# ModelOpt: --nodes_to_exclude " + " ".join(plan.exclude)
+    # No mixed model written yet: placeholder paths, and ModelOpt's exclusion as a flag; the commands
+    # lead the report, not repeated in the plan's own section.
+    assert build.code[0].splitlines()[1] == plan.commands.trtexec
+    assert build.code[0].splitlines()[-1] == "# ModelOpt: --nodes_to_exclude " + " ".join(plan.exclude)
+    assert section.code == ()
     assert [p.title for p in section.plots] == ["Fallback search"]
 
 
@@ -216,7 +221,7 @@ def test_a_bundle_marks_the_excluded_layers_on_the_ranking():
 
     ranking = _local()
     plan = search_fallback(ranking, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
-    [ranked, *_] = sections_of(ReportBundle("b", (ranking, plan)))
+    [ranked, *_] = [s for s in sections_of(ReportBundle("b", (ranking, plan))) if not s.lead]
     values, label = chart_values(ranking)
     assert ranked.plots[0].draw() == png(ranking_figure(["a", "b"], values, label, highlight=plan.exclude))
     assert sections_of(ranking)[0].plots[0].draw() == png(ranking_figure(["a", "b"], values, label))

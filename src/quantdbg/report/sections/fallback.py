@@ -34,8 +34,9 @@ def build_code(plan: FallbackPlan) -> tuple[str, ...]:
     return ("\n".join(lines),)
 
 
-def fallback_sections(plan: FallbackPlan) -> list[Section]:
-    """The outcome, the layers kept out of INT8, every evaluation (chart and table), build commands."""
+def fallback_sections(plan: FallbackPlan, commands: bool = True) -> list[Section]:
+    """The outcome, the layers kept out of INT8, every evaluation (chart and table), and the build
+    commands unless ``commands`` is False (the report's first screen shows them)."""
     paragraphs = [plan.message or f"Status: {plan.status}.",
                   f"Target: {plan.target.describe()}. Strategy {plan.strategy}: {plan.n_evaluations} "
                   f"evaluation(s) of a budget of {plan.budget}, plus the verification; set is "
@@ -56,5 +57,5 @@ def fallback_sections(plan: FallbackPlan) -> list[Section]:
         return png(fallback_figure(sizes, values, met, plan.target.threshold, plan.target.kind))
 
     plots = (Plot("Fallback search", draw, "Metric of each evaluation"),) if plan.evaluations else ()
-    code = build_code(plan)
+    code = build_code(plan) if commands else ()
     return [Section("Fallback plan", tuple(paragraphs), (evals, kept), plots, code)]
