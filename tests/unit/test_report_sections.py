@@ -200,6 +200,19 @@ def test_doctor_sections_put_findings_first_then_what_was_measured():
     assert tables["lint-findings"].rows[0][:2] == ("medium", "per-tensor-weight")
 
 
+def test_swamped_sqnr_shows_only_where_a_channel_is_swamped():
+    import math
+    from dataclasses import replace
+
+    swamped = MixedRange("y", "output", 1, 0.5, (100.0, 2.0), (0.0, 0.9), (1,), 40.0, 3.0)
+    clean = MixedRange("z", "quantized", 1, 0.1, (1.0, 1.0), (0.0, 0.0), (), 50.0, math.nan)
+    both = _tables(sections_of(replace(_doctor(), mixed_ranges=(swamped, clean))))["mixed-ranges"]
+    assert both.columns[-1] == "swamped SQNR (dB)" and [r[-1] for r in both.rows] == [3.0, None]
+    only_clean = _tables(sections_of(replace(_doctor(), mixed_ranges=(clean,))))["mixed-ranges"]
+    assert "swamped SQNR (dB)" not in only_clean.columns  # no all-nan column
+    assert only_clean.rows == (("z", "quantized", 1, 0.1, 2, 0, 50.0),)
+
+
 def test_doctor_without_findings_says_so():
     [section] = sections_of(DoctorReport("m.onnx", 4, 4, (), (CheckRun("qdq_fusion", "clear"),)))
     assert section.paragraphs == ("m.onnx: no problems found by the 1 checks.",)

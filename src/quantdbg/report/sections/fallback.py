@@ -25,6 +25,15 @@ def phases_paragraph(plan: FallbackPlan) -> str:
     return f"Evaluations by phase: {counts or 'none'}."
 
 
+def metric_label(plan: FallbackPlan) -> str:
+    """The searched value's name with its unit, for an axis."""
+    if plan.target.kind == "sqnr":
+        return "output SQNR (dB)"
+    if plan.target.kind == "relative_loss":
+        return "task metric (relative-loss target)"
+    return "task metric"
+
+
 def build_code(plan: FallbackPlan) -> tuple[str, ...]:
     """The build commands as shell lines, each after a comment saying what it does (placeholder
     paths ``MIXED.onnx`` until the plan knows the mixed model's file)."""
@@ -54,7 +63,7 @@ def fallback_sections(plan: FallbackPlan, commands: bool = True) -> list[Section
     values = [e.value for e in plan.evaluations]
     met = [e.met for e in plan.evaluations]
     def draw() -> bytes:
-        return png(fallback_figure(sizes, values, met, plan.target.threshold, plan.target.kind))
+        return png(fallback_figure(sizes, values, met, plan.target.threshold, metric_label(plan)))
 
     plots = (Plot("Fallback search", draw, "Metric of each evaluation"),) if plan.evaluations else ()
     code = build_code(plan) if commands else ()
