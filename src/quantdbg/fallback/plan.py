@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from quantdbg import _json
+from quantdbg import _display, _json
 from quantdbg._json import Serializable
 from quantdbg.backends.tensorrt import (
     BuildCommands,
@@ -144,8 +144,8 @@ def _at(where: str, name: str) -> str:
 
 
 @_json.document("quantdbg.fallback_plan", 2)
-@dataclass(frozen=True)
-class FallbackPlan(Serializable):
+@dataclass(frozen=True, repr=False)
+class FallbackPlan(_display.Displayable, Serializable):
     """The result of a fallback search (the ``quantdbg.fallback_plan/2`` document).
 
     Attributes:

@@ -138,6 +138,16 @@ def render_html(result: Any, *, title: str | None = None, plots: bool = True) ->
         f"{_body_html(sections, plots, f'<nav><ul>{toc}</ul></nav>')}\n</main></body></html>\n")
 
 
+_FRAGMENT_CSS = ("<style>.quantdbg-report div.lead{border:1px solid #c9d6e8;padding:0 .8rem .4rem;"
+                 "margin:.4rem 0}</style>")
+
+
+def sections_html(sections: Sequence[Section]) -> str:
+    """An HTML fragment of ``sections`` (plots when matplotlib is installed), for notebooks."""
+    body = _body_html(sections, is_available("matplotlib"))
+    return f'<div class="quantdbg-report">{_FRAGMENT_CSS}{body}</div>'
+
+
 def repr_html(result: Any) -> str:
     """An HTML fragment for notebooks (``_repr_html_``): plots when matplotlib is installed.
 
@@ -147,4 +157,4 @@ def repr_html(result: Any) -> str:
     Returns:
         HTML without ``<html>``/``<head>``, safe to embed.
     """
-    return f'<div class="quantdbg-report">{_body_html(sections_of(result), is_available("matplotlib"))}</div>'
+    return sections_html(sections_of(result))
