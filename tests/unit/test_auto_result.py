@@ -117,6 +117,8 @@ def test_the_report_section_opens_with_the_verdict():
     assert verdict.title == "Verdict" and verdict.paragraphs[0] == result.message
     assert verdict.items[0].startswith("a: ")  # the layer kept out of INT8, with why
     assert [s.title for s in lead] == ["Cheaper INT8 fixes before FP16", "Build"]
+    assert lead[0].items == ("calibrator (tried, kept): accuracy 0.1 -> 0.5; " + CALIBRATOR.reason,
+                             "smoothquant (tried, not kept): accuracy 0.5 -> n/a; " + SMOOTHQUANT.reason)
     assert fallback.code == ()  # the build commands lead the report instead
     assert section.title == "Automatic quantization" and section.paragraphs[0] == result.message
     assert section.paragraphs[1] == ("Target: relative loss <= 1 % of 0.9. 8 quantized layers; at most 2 may "

@@ -205,8 +205,8 @@ def plan_lead(evidence: Evidence) -> list[Section]:
 def auto_lead(result: AutoResult) -> list[Section]:
     """The first screen of the automatic flow: its verdict, the repairs it tried first, the build."""
     evidence = Evidence(result.plan, (result.report,) if result.report is not None else ())
-    tried = tuple(f"{r.repair}: {'kept' if r.kept else 'not kept'} ({fmt(r.before)} -> {fmt(r.after)}). "
-                  f"{r.reason}" for r in result.repairs)
+    tried = tuple(f"{r.repair} (tried, {'kept' if r.kept else 'not kept'}): {result.metric} "
+                  f"{fmt(r.before)} -> {fmt(r.after)}; {r.reason}" for r in result.repairs)
     fixes = tried + calibrator_fixes(evidence, result.exclude)
     code = build_code(result.plan) if result.plan is not None and result.exclude else ()
     return lead_sections(result.message, result.exclude, result.recipe.precision.value, evidence, fixes,
