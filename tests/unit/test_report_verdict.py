@@ -82,3 +82,11 @@ def test_first_screen_names_each_layer_the_fix_and_the_commands():
 def test_no_plan_no_first_screen():
     assert gather((RANKING,)).plan is None
     assert not any(s.lead for s in report.sections_of(ReportBundle("b", (RANKING,))))
+
+
+def test_a_local_ranking_reason_reads_its_own_output_sqnr():
+    from dataclasses import replace
+
+    local = SensitivityReport("local", "local sqnr (dB)", True, (replace(RANKING.layers[1], rank=1),))
+    assert layer_reason(local, local.layers[0]) == \
+        "rank 1 of 1: 44.8 dB of SQNR on its own output (local ranking)."

@@ -108,7 +108,10 @@ def _rank_text(ranking: SensitivityReport, layer: LayerSensitivity) -> str:
     if ranking.mode == "isolated":
         return (f"rank {layer.rank} of {len(ranking.layers)}: {metric} {fmt(layer.value, '.1f')}{unit} with "
                 "only this layer in INT8")
-    return f"rank {layer.rank} of {len(ranking.layers)} ({ranking.mode} ranking, {ranking.score_meaning})"
+    if ranking.mode == "local":
+        return (f"rank {layer.rank} of {len(ranking.layers)}: {fmt(layer.value, '.1f')} dB of SQNR on its "
+                "own output (local ranking)")
+    return f"rank {layer.rank} of {len(ranking.layers)} ({ranking.mode}: {metric} {fmt(layer.value)}{unit})"
 
 
 def without_it(plan: FallbackPlan, node: str) -> str | None:
