@@ -90,3 +90,13 @@ def test_a_local_ranking_reason_reads_its_own_output_sqnr():
     local = SensitivityReport("local", "local sqnr (dB)", True, (replace(RANKING.layers[1], rank=1),))
     assert layer_reason(local, local.layers[0]) == \
         "rank 1 of 1: 44.8 dB of SQNR on its own output (local ranking)."
+
+
+def test_a_plan_alone_names_each_layer_by_its_place_in_the_ranking_searched():
+    plan = _plan()
+    verdict = report.sections_of(plan)[0]
+    assert verdict.items == (
+        "conv2: rank 1 of 3 in the ranking the search walked; without it the search measured 37 dB, short of "
+        "output SQNR >= 42 dB.",
+        "fc2: rank 2 of 3 in the ranking the search walked; without it the search measured 41 dB, short of "
+        "output SQNR >= 42 dB.")

@@ -144,12 +144,19 @@ def layer_reason(ranking: SensitivityReport, layer: LayerSensitivity) -> str:
     return "; ".join(parts) + "."
 
 
+def _searched_rank(plan: FallbackPlan | None, node: str) -> str:
+    """The reason when no ranking with the layer is at hand: its place in the ranking searched."""
+    if plan is None or node not in plan.ranking:
+        return "kept out by the fallback search."
+    return f"rank {plan.ranking.index(node) + 1} of {len(plan.ranking)} in the ranking the search walked."
+
+
 def layer_lines(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
     """``node: reason`` for the first :data:`SHOWN_LAYERS` nodes."""
     lines = []
     for node in nodes[:SHOWN_LAYERS]:
         found = evidence.layer(node)
-        reason = layer_reason(*found) if found else "kept out by the fallback search."
+        reason = layer_reason(*found) if found else _searched_rank(evidence.plan, node)
         needed = without_it(evidence.plan, node) if evidence.plan is not None else None
         lines.append(f"{node}: " + (f"{reason[:-1]}; {needed}." if needed else reason))
     if len(nodes) > SHOWN_LAYERS:
