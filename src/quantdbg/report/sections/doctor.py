@@ -1,7 +1,7 @@
 """Sections of a doctor report: the findings first (each with its evidence), then the measurements."""
 from __future__ import annotations
 
-from quantdbg.diagnostics import DoctorReport, zeroing_evidence
+from quantdbg.diagnostics import Cell, DoctorReport, zeroing_evidence
 from quantdbg.report.plots import ScaleCurve, png, scale_curves_figure, weight_zeroing_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table, nested
 from quantdbg.report.sections.calibration import calibrator_comparison_section
@@ -74,9 +74,11 @@ def _stability_section(report: DoctorReport) -> Section:
 
 def _mixed_ranges_section(report: DoctorReport) -> Section:
     # The swamped channels' SQNR exists only where some channel is swamped ("-" elsewhere, not nan).
-    rows = tuple((m.tensor, m.role, m.axis, m.scale, len(m.channel_absmax), len(m.swamped), m.sqnr_db,
-                  m.swamped_sqnr_db if m.swamped else None) for m in report.mixed_ranges)
-    columns = ("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)", "swamped SQNR (dB)")
+    rows: tuple[tuple[Cell, ...], ...] = tuple(
+        (m.tensor, m.role, m.axis, m.scale, len(m.channel_absmax), len(m.swamped), m.sqnr_db,
+         m.swamped_sqnr_db if m.swamped else None) for m in report.mixed_ranges)
+    columns: tuple[str, ...] = ("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)",
+                                "swamped SQNR (dB)")
     text = ("Each tensor under one per-tensor scale: channels where most non-zero values round to 0 "
             "(swamped) and the SQNR of the whole tensor vs of those channels.")
     if not any(m.swamped for m in report.mixed_ranges):  # no swamped channel: that SQNR is undefined
