@@ -59,3 +59,23 @@ def test_notebook_displays_the_reports_inline(executed):
     assert joined.count('<img src="data:image/png;base64,') >= 4
     printed = "".join(o.text for o in _outputs(executed, "stream"))
     assert "quantdbg doctor:" in printed and "kept out of INT8: ['" in printed
+    # The plan leads with its verdict and build commands; results print as one line each.
+    assert joined.count('<h2>Verdict</h2>') >= 2  # the plan alone, then the bundle
+    assert "FallbackResult(status='met'" in printed and "QuantizedModel(8 quantized layers" in printed
+    assert "--layerPrecisions=" in printed and "polygraphy convert" in printed
+
+
+def _summary(nb) -> dict:
+    return json.loads(nb.cells[-1].outputs[-1].text)
+
+
+def test_the_committed_notebook_is_executed_and_current(executed):
+    committed = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1))  # run top to bottom
+    assert all(c.outputs for c in code)
+    assert not any(o.output_type == "error" for c in code for o in c.outputs)
+    # Re-running it gives the numbers it shows (the report's size moves with its timings).
+    before, after = _summary(committed), _summary(executed)
+    before.pop("html_bytes"), after.pop("html_bytes")
+    assert before == after

@@ -1,4 +1,5 @@
-"""The display hook: results ask here for their notebook HTML and DataFrame, the report package answers.
+"""The display hook: results ask here for their short repr, notebook HTML and DataFrame; the report
+package answers.
 
 A result type lower in the pipeline (a calibration, a lint report) must not import the report
 package, which sits above it and imports it back. So a result's ``_repr_html_`` calls
@@ -17,6 +18,9 @@ Renderer = Callable[[Any], Any]
 
 _HTML: dict[type, Renderer] = {}
 _FRAMES: dict[type, Renderer] = {}
+_TEXTS: dict[type, Renderer] = {}
+MAX_REPR = 400
+"""Longest short repr (a result's full content is in its JSON, HTML and DataFrame)."""
 _PROVIDERS: list[str] = []
 _LOADED: set[str] = set()
 
@@ -27,12 +31,12 @@ def add_provider(module: str) -> None:
         _PROVIDERS.append(module)
 
 
-def register(cls: type, *, html: Renderer | None = None, frame: Renderer | None = None) -> None:
-    """Registers the HTML and/or DataFrame renderer of a result type."""
-    if html is not None:
-        _HTML[cls] = html
-    if frame is not None:
-        _FRAMES[cls] = frame
+def register(cls: type, *, html: Renderer | None = None, frame: Renderer | None = None,
+             text: Renderer | None = None) -> None:
+    """Registers the HTML, DataFrame and/or short-repr renderer of a result type."""
+    for table, renderer in ((_HTML, html), (_FRAMES, frame), (_TEXTS, text)):
+        if renderer is not None:
+            table[cls] = renderer
 
 
 def _lookup(table: dict[type, Renderer], obj: Any) -> Renderer | None:
@@ -56,6 +60,13 @@ def html(obj: Any) -> str:
     return str(renderer(obj))
 
 
+def text(obj: Any) -> str:
+    """A result's short repr (one line of its key facts, at most :data:`MAX_REPR` characters)."""
+    renderer = _lookup(_TEXTS, obj)
+    found = f"{type(obj).__name__}(...)" if renderer is None else str(renderer(obj))
+    return found if len(found) <= MAX_REPR else found[:MAX_REPR - 4] + " ...)"
+
+
 def frame(obj: Any) -> Any:
     """The pandas DataFrame of a result.
 
@@ -66,3 +77,27 @@ def frame(obj: Any) -> Any:
     if renderer is None:
         raise TypeError(f"{type(obj).__name__} has no DataFrame form.")
     return renderer(obj)
+
+
+class Displayable:
+    """Gives a result its short ``__repr__``, ``_repr_html_`` and ``to_dataframe()`` through this hook.
+
+    A dataclass using it passes ``repr=False``, or the generated field dump would replace the short
+    repr.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        return html(self)
+
+    def to_dataframe(self) -> Any:
+        """The result's main table as a pandas DataFrame (needs the ``report`` extra).
+
+        Raises:
+            MissingDependencyError: pandas is not installed.
+        """
+        return frame(self)

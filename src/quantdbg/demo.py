@@ -263,11 +263,17 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
                       progress=progress)
     n_layers = len(qmodel.layers)
     scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.excluded), threads)
+    if folder is not None:  # the plan's build commands name the mixed model written beside it
+        mixed.save(folder / MIXED_FILE)
+        plan = plan.with_build(folder / MIXED_FILE, source=emb.model_path)
     bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
     files = _write(folder, bundle, qmodel, mixed, plan)
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
     return DemoResult(scores, n_layers, culprits, tuple(mixed.excluded), bundle, files,
                       round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
+
+
+MIXED_FILE = "digits_cnn_mixed.onnx"
 
 
 def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
@@ -316,6 +322,6 @@ def _write(folder: Path | None, bundle: Any, qmodel: Any, mixed: Any, plan: Any)
                            json=folder / "report.json")
     files = {"report.html": written.html, "report.md": written.markdown, "report.json": written.json}
     files["digits_cnn_int8.onnx"] = qmodel.save(folder / "digits_cnn_int8.onnx")
-    files["digits_cnn_mixed.onnx"] = mixed.save(folder / "digits_cnn_mixed.onnx")
+    files[MIXED_FILE] = folder / MIXED_FILE  # written before the plan's build
     files["fallback_plan.json"] = plan.write(folder / "fallback_plan.json")
     return {name: path for name, path in files.items() if path is not None}

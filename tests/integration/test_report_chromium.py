@@ -7,6 +7,8 @@ whatever happens; the page's Content-Security-Policy forbids loads as well.
 from __future__ import annotations
 
 import base64
+import html
+import json
 import re
 import shutil
 import subprocess
@@ -25,6 +27,27 @@ CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-bro
 pytestmark = pytest.mark.skipif(CHROMIUM is None,
                                 reason="headless Chromium not installed (apt-get install chromium)")
 BAR_BLUE = (0x1F, 0x77, 0xB4)  # the ranking chart's bars: only an embedded plot can paint this colour
+LEAD_BACKGROUND = (0xF5, 0xF8, 0xFC)  # the first screen's box
+VIEWPORT = (1280, 800)
+# Appended to a copy of the page (without its CSP): where each needle's first occurrence is drawn.
+PROBE = """<script>
+const found = {};
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  for (const needle of NEEDLES) {
+    const at = node.data.indexOf(needle);
+    if (at < 0 || needle in found) continue;
+    const range = document.createRange();
+    range.setStart(node, at); range.setEnd(node, at + needle.length);
+    const r = range.getBoundingClientRect();
+    found[needle] = [r.left, r.top, r.right, r.bottom];
+  }
+}
+const out = document.createElement("pre");
+out.id = "probe";
+out.textContent = JSON.stringify({width: innerWidth, height: innerHeight, found: found});
+document.body.appendChild(out);
+</script>"""
 
 
 def _offline_prefix() -> list[str]:
@@ -119,6 +142,55 @@ def test_screenshot_shows_the_plots(rendered):
     pixels = (plt_image.imread(str(shot))[..., :3] * 255).round().astype(int)
     blue = (abs(pixels - BAR_BLUE).sum(axis=-1) <= 6).sum()
     assert blue > 500, "the ranking chart's bars are not on screen: embedded images did not render"
+
+
+def _probe(page: Path, folder: Path, needles: list[str]) -> dict:
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    script = PROBE.replace("NEEDLES", json.dumps(needles))
+    probe = folder / "probe.html"
+    probe.write_text(text.replace("</body>", script + "</body>"))
+    done = _chromium(probe, folder / "profile-probe", f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}",
+                     "--hide-scrollbars", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S)
+    assert found, done.stdout[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_first_viewport_shows_the_verdict_and_the_layers_kept_out_of_int8(rendered):
+    results, page, folder = rendered
+    kept = list(results["fallback"].exclude)
+    assert kept
+    measured = _probe(page, folder, ["Target met", *kept, "Sensitivity ranking"])
+    # --dump-dom's window keeps room for browser chrome: its viewport is at most 1280x800, which makes
+    # the check stricter, never looser.
+    width, height = measured["width"], measured["height"]
+    assert width == VIEWPORT[0] and 600 <= height <= VIEWPORT[1]
+    for needle in ["Target met", *kept]:
+        left, top, right, bottom = measured["found"][needle]
+        assert 0 <= top < bottom <= height and 0 <= left < right <= width, (needle, measured)
+    # The long sections start below the first screen (their first mention is in the contents list).
+    assert measured["found"]["Sensitivity ranking"][1] > measured["found"][kept[-1]][1]
+    plt_image = pytest.importorskip("matplotlib.image")
+    shot = folder / "first-screen.png"
+    done = _chromium(page, folder / "profile-first", f"--window-size={VIEWPORT[0]},{VIEWPORT[1]}",
+                     f"--screenshot={shot}", "--hide-scrollbars")
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    pixels = (plt_image.imread(str(shot))[..., :3] * 255).round().astype(int)
+    assert pixels.shape[:2] == (VIEWPORT[1], VIEWPORT[0])
+    assert (abs(pixels - LEAD_BACKGROUND).sum(axis=-1) <= 3).sum() > 100_000  # the boxed first screen
+
+
+def test_no_console_message(rendered, tmp_path):
+    _, page, folder = rendered
+    done = _chromium(page, folder / "profile-console", "--enable-logging=stderr", "--v=0", "--dump-dom")
+    assert done.returncode == 0
+    assert "CONSOLE" not in done.stderr, [line for line in done.stderr.splitlines() if "CONSOLE" in line]
+    # The same check sees a page breaking its own policy (so a silent stderr means something).
+    bad = tmp_path / "bad.html"
+    bad.write_text(page.read_text().replace("</main>", "<script>0</script></main>"))  # refused at parse time
+    done = _chromium(bad, tmp_path / "profile-bad", "--enable-logging=stderr", "--v=0", "--dump-dom")
+    assert "CONSOLE" in done.stderr and "Content Security Policy" in done.stderr, done.stderr[-3000:]
 
 
 def test_report_references_nothing_outside_itself(rendered):

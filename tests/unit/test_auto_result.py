@@ -112,13 +112,21 @@ def _table(page: str, css_id: str) -> list[list[str]]:
 
 def test_the_report_section_opens_with_the_verdict():
     result = _result("fallback", 0.895, ("a",), _plan("met", ("a",), 0.895, SEARCHED[:1]))
-    (section, fallback) = report.sections_of(result)
+    (verdict, *lead), (section, fallback) = ([s for s in report.sections_of(result) if s.lead == flag]
+                                             for flag in (True, False))
+    assert verdict.title == "Verdict" and verdict.paragraphs[0] == result.message
+    assert verdict.items[0].startswith("a: ")  # the layer kept out of INT8, with why
+    assert [s.title for s in lead] == ["Cheaper INT8 fixes before FP16", "Build"]
+    assert lead[0].items == ("calibrator (tried, kept): accuracy 0.1 -> 0.5; " + CALIBRATOR.reason,
+                             "smoothquant (tried, not kept): accuracy 0.5 -> n/a; " + SMOOTHQUANT.reason)
+    assert fallback.code == ()  # the build commands lead the report instead
     assert section.title == "Automatic quantization" and section.paragraphs[0] == result.message
     assert section.paragraphs[1] == ("Target: relative loss <= 1 % of 0.9. 8 quantized layers; at most 2 may "
                                      "leave INT8; 1 did (fp16): a. 8 task-metric evaluation(s).")
     assert fallback.title == "Fallback plan" and fallback.level == 3
     page = report.render_html(result, plots=False)
-    assert page.index(html.escape(result.message, quote=False)) < page.index('id="auto-summary"')
+    assert page.index(html.escape(result.message, quote=False)) < page.index("<nav>") < \
+        page.index('id="auto-summary"')
     assert _table(page, "auto-summary")[1:] == [
         ["FP32", "0", "0.9", "0"], ["default INT8", "8", "0.1", "88.89"],
         ["repaired (calibrator)", "8", "0.5", "44.44"], ["final", "7", "0.895", "0.5556"]]

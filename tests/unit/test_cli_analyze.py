@@ -74,8 +74,17 @@ def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
     producers = {o: n.op_type for n in consumers.values() for o in n.output}
     assert "DequantizeLinear" not in [producers.get(t) for t in consumers["fc2"].input]
     assert stdout.startswith("met: 1 of 4 layer(s) kept out of INT8 in fp16, value ")
-    assert stdout.splitlines()[1:] == ["  fc2"]
     build = json.loads(plan_path.read_text())["tensorrt"]["build"]
+    commands = build["commands"]
+    assert stdout.splitlines()[1:] == [
+        "  fc2", "trtexec (strongly typed):", f"  {commands['trtexec']}",
+        "trtexec (weakly typed, excluded layers pinned):", f"  {commands['trtexec_weakly_typed']}",
+        "polygraphy convert:", f"  {commands['polygraphy_convert']}",
+        "polygraphy run (TensorRT vs ONNX Runtime):", f"  {commands['polygraphy_run']}",
+        "ModelOpt (same layers excluded):", f"  {commands['modelopt']}"]
+    # ModelOpt quantizes the FP32 original itself, leaving out the same node.
+    assert shlex.split(commands["modelopt"])[3:5] == ["--onnx_path", str(files / "fp32.onnx")]
+    assert shlex.split(commands["modelopt"])[-4:-2] == ["--nodes_to_exclude", "fc2"]
     assert build["spec"]["exclude"] == ["fc2"] and build["spec"]["exclude_precision"] == "fp16"
     assert build["spec"]["shapes"]["x"] == {"min": [12, 16], "opt": [12, 16], "max": [12, 16]}  # eval.npz
     assert f"--onnx={mixed}" in build["commands"]["trtexec"]

@@ -94,6 +94,24 @@ def test_not_met_exits_1_with_the_best_model_and_keeps_a_given_resume_file(files
     assert code == 1 and again == stdout
 
 
+def test_a_fallback_writes_the_build_of_the_model_at_out(files, capsys, tmp_path):
+    out, plan = tmp_path / "mixed.onnx", tmp_path / "plan.json"
+    code, stdout, _ = _run(capsys, "auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval",
+                           files / "eval.npz", "--metric", "sqnr", "--min-metric", "25", "--repairs",
+                           "--max-fallback", "100", "--out", out, "--plan", plan, "--no-progress")
+    assert code == 0
+    result = AutoResult.read(plan)
+    assert result.outcome == "fallback" and result.plan is not None and result.plan.build is not None
+    commands = result.plan.commands
+    lines = stdout.splitlines()
+    assert lines[lines.index("trtexec (strongly typed):") + 1] == f"  {commands.trtexec}"
+    assert shlex.split(commands.trtexec)[1] == f"--onnx={out}"
+    modelopt = shlex.split(commands.modelopt)
+    assert modelopt[modelopt.index("--onnx_path") + 1] == str(files / "fp32.onnx")
+    assert modelopt[modelopt.index("--calibration_data_path") + 1] == str(files / "calib.npz")
+    assert modelopt[modelopt.index("--nodes_to_exclude") + 1:][:len(result.exclude)] == list(result.exclude)
+
+
 def _error(capsys, *argv) -> str:  # noqa: ANN001
     with pytest.raises(SystemExit) as exit_info:
         main([str(a) for a in argv])

@@ -1,6 +1,7 @@
 """The embedded digits CNN and the one-call demo."""
 from __future__ import annotations
 
+import json
 import math
 from importlib import resources
 from pathlib import Path
@@ -93,6 +94,15 @@ def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
     assert weighted - set(result.excluded) <= fed_by_dq  # every other layer kept them
     text = result.summary_text()
     assert all(name in text for name in result.excluded)
+    # conv2/Conv reads `relu`, whose clip entropy sets several dB below mse's: the doctor says so, with
+    # the INT8 fix to try before FP16.
+    doctor = result.bundle.results[3]
+    [finding] = [f for f in doctor.findings if f.check == "calibrator_disagreement"]
+    relu = next(c for c in doctor.calibrators if c.tensor == "relu")
+    assert finding.subjects[0] == "relu" and relu.best == "mse" and relu.gain_db >= 3.0
+    assert "--per-tensor relu=mse" in finding.fix
+    plan = json.loads((tmp_path / "fallback_plan.json").read_text())
+    assert f"--onnx={tmp_path / 'digits_cnn_mixed.onnx'}" in plan["tensorrt"]["trtexec"]
 
 
 def test_summary_text_is_the_table_the_readme_shows():

@@ -489,7 +489,8 @@ def test_calibrator_disagreement_judged_by_the_consumer_layers(rng):
     assert (finding.severity, finding.score) == (Severity.HIGH, 15.0)
     assert "the best by its consumer layer's local output SQNR beats the one in use by up to 15.0 dB" in \
         finding.title
-    assert finding.fix == "Pick the calibrator per tensor: CalibConfig(per_tensor={'t': 'entropy'})."
+    assert finding.fix == ("Pick the calibrator per tensor: CalibConfig(per_tensor={'t': 'entropy'}) "
+                           "(CLI: --per-tensor t=entropy).")
     for sqnr, severity, gain in (({"entropy": 10.5, "percentile": 11.0}, Severity.MEDIUM, 2.0),  # mse: 12
                                  ({"entropy": 10.5, "percentile": 10.5, "mse": 10.5}, Severity.LOW, 0.5)):
         report = _report_reading(_layer("a", "t", {**by_layer, **sqnr}))
@@ -497,7 +498,27 @@ def test_calibrator_disagreement_judged_by_the_consumer_layers(rng):
         assert (finding.severity, finding.score) == (severity, gain)
     assert finding.fix == ("The calibrator in use is already the best (or within 1 dB) by its consumer "
                            "layer's local output SQNR.")
-    assert check_calibrator_disagreement(calibration, None, ratio=1e6).findings == ()
+    assert check_calibrator_disagreement(calibration, None, ratio=1e6, min_gain_db=math.inf).findings == ()
+
+
+def test_calibrator_disagreement_fires_on_a_material_gain_with_close_clips(rng):
+    """Clips well under 2x apart can still differ by several dB at the consumer layer (a ReLU output
+    clipped by entropy): the gain alone makes the disagreement material."""
+    x = rng.uniform(0.0, 1.0, 100_000).astype(np.float32)
+    calibration = _calibration({"relu[0]": _stats("relu[0]", x)}, "entropy")
+    [item] = check_calibrator_disagreement(calibration).data
+    assert item.ratio < 2.0
+    by_layer = {name: 28.8 for name in item.amax}
+    for mse, fires in ((39.5, True), (31.0, False)):
+        report = _report_reading(_layer("conv2", "relu[0]", {**by_layer, "entropy": 28.8, "mse": mse}))
+        outcome = check_calibrator_disagreement(calibration, report)
+        assert bool(outcome.findings) is fires
+    [finding] = check_calibrator_disagreement(
+        calibration, _report_reading(_layer("conv2", "relu[0]", {**by_layer, "entropy": 28.8, "mse": 39.5}))
+    ).findings
+    assert finding.severity == Severity.HIGH and finding.score == pytest.approx(10.7)
+    assert finding.fix == ("Pick the calibrator per tensor: CalibConfig(per_tensor={'relu[[]0]': 'mse'}) "
+                           "(CLI: --per-tensor 'relu[[]0]=mse').")
 
 
 # ----- the doctor as a whole --------------------------------------------------------------------

@@ -113,7 +113,7 @@ def test_spec_and_commands_json_keep_their_keys():
         "workspace_mib": None, "builder_optimization_level": None, "tf32": True}
     commands = BuildCommands("t", "c", "r")
     assert commands.to_dict() == {"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r",
-                                  "comment": ""}
+                                  "comment": "", "trtexec_weakly_typed": "", "modelopt": ""}
     assert BuildCommands.from_dict({"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r"}) \
         == commands  # written before the comment existed
     with pytest.raises(FormatError, match=r"field 'exclude_precision': expected one of"):

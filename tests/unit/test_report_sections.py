@@ -130,7 +130,10 @@ def test_chart_values_by_mode():
 def test_fallback_section_holds_every_evaluation_and_the_kept_layers():
     ranking = ("a", "b", "c")
     plan = search_fallback(ranking, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(2.0))
-    [section] = sections_of(plan)
+    verdict, build, section = sections_of(plan)
+    assert (verdict.title, build.title) == ("Verdict", "Build") and verdict.lead and build.lead
+    assert verdict.paragraphs[0] == ("Target met (metric >= 2): 2 with 2 layer(s) kept out of INT8 (fp16).")
+    assert [item.split(":")[0] for item in verdict.items] == list(plan.exclude)
     tables = _tables([section])
     assert tables["fallback-exclude"].rows == tuple((node, ranking.index(node) + 1) for node in plan.exclude)
     assert tables["fallback-evaluations"].rows == tuple(
@@ -138,7 +141,11 @@ def test_fallback_section_holds_every_evaluation_and_the_kept_layers():
         for i, e in enumerate(plan.evaluations, 1))
     # value = the number of layers kept out of INT8
     assert all(row[3] == row[2] for row in tables["fallback-evaluations"].rows)
-    assert section.code[1] == f"modelopt nodes_to_exclude={list(plan.exclude)!r}"
+    # No mixed model written yet: placeholder paths, and ModelOpt's exclusion as a flag; the commands
+    # lead the report, not repeated in the plan's own section.
+    assert build.code[0].splitlines()[1] == plan.commands.trtexec
+    assert build.code[0].splitlines()[-1] == "# ModelOpt: --nodes_to_exclude " + " ".join(plan.exclude)
+    assert section.code == ()
     assert [p.title for p in section.plots] == ["Fallback search"]
 
 
@@ -193,6 +200,19 @@ def test_doctor_sections_put_findings_first_then_what_was_measured():
     assert tables["lint-findings"].rows[0][:2] == ("medium", "per-tensor-weight")
 
 
+def test_swamped_sqnr_shows_only_where_a_channel_is_swamped():
+    import math
+    from dataclasses import replace
+
+    swamped = MixedRange("y", "output", 1, 0.5, (100.0, 2.0), (0.0, 0.9), (1,), 40.0, 3.0)
+    clean = MixedRange("z", "quantized", 1, 0.1, (1.0, 1.0), (0.0, 0.0), (), 50.0, math.nan)
+    both = _tables(sections_of(replace(_doctor(), mixed_ranges=(swamped, clean))))["mixed-ranges"]
+    assert both.columns[-1] == "swamped SQNR (dB)" and [r[-1] for r in both.rows] == [3.0, None]
+    only_clean = _tables(sections_of(replace(_doctor(), mixed_ranges=(clean,))))["mixed-ranges"]
+    assert "swamped SQNR (dB)" not in only_clean.columns  # no all-nan column
+    assert only_clean.rows == (("z", "quantized", 1, 0.1, 2, 0, 50.0),)
+
+
 def test_doctor_without_findings_says_so():
     [section] = sections_of(DoctorReport("m.onnx", 4, 4, (), (CheckRun("qdq_fusion", "clear"),)))
     assert section.paragraphs == ("m.onnx: no problems found by the 1 checks.",)
@@ -214,7 +234,7 @@ def test_a_bundle_marks_the_excluded_layers_on_the_ranking():
 
     ranking = _local()
     plan = search_fallback(ranking, lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
-    [ranked, *_] = sections_of(ReportBundle("b", (ranking, plan)))
+    [ranked, *_] = [s for s in sections_of(ReportBundle("b", (ranking, plan))) if not s.lead]
     values, label = chart_values(ranking)
     assert ranked.plots[0].draw() == png(ranking_figure(["a", "b"], values, label, highlight=plan.exclude))
     assert sections_of(ranking)[0].plots[0].draw() == png(ranking_figure(["a", "b"], values, label))

@@ -21,8 +21,8 @@ from quantdbg.model import FoldedWeight, ModelSource, as_loaded, check_node_glob
 from quantdbg.placement import QdqPlan, plan_qdq
 
 
-@dataclass(frozen=True)
-class CalibrationResult(_json.Serializable):
+@dataclass(frozen=True, repr=False)
+class CalibrationResult(_display.Displayable, _json.Serializable):
     """Activation ranges and the statistics behind them.
 
     Attributes:
@@ -49,9 +49,6 @@ class CalibrationResult(_json.Serializable):
     def scales(self) -> dict[str, float]:
         """Tensor name -> symmetric INT8 scale ``amax / 127`` (float32-rounded)."""
         return {name: r.scale for name, r in self.ranges.items()}
-
-    def _repr_html_(self) -> str:
-        return _display.html(self)
 
 
 _DEFAULT_CALIB = CalibConfig()

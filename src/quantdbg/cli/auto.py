@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from quantdbg.calibration import available_calibrators
@@ -141,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
         raise
     assert result.model is not None  # a run always ends with a model
     result.model.save(args.out)
+    if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
+        result = replace(result, plan=result.plan.with_build(args.out, source=args.model,
+                                                             calibration_data=args.data))
     result.write(args.plan)
     if args.html is not None:
         write_report(result, html=args.html)
@@ -157,3 +161,6 @@ def _print(result: AutoResult) -> None:
     out.write(f"evaluations: {phases} ({result.n_evaluations} in all)\n")
     for node in result.exclude:
         out.write(f"  {node}\n")
+    if result.plan is not None and result.plan.build is not None:
+        for what, command in result.plan.commands.lines():
+            out.write(f"{what}:\n  {command}\n")

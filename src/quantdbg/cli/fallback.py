@@ -89,7 +89,7 @@ def run_fallback(args: argparse.Namespace) -> int:
         sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
         return 2
     result.mixed.save(args.out)
-    plan = result.plan.with_build(args.out, data)
+    plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model, calibration_data=args.data)
     plan.write(args.plan)
     _print_plan(plan)
     if plan.status != "met":
@@ -104,3 +104,5 @@ def _print_plan(plan: Any) -> None:
                      "+ 1 verification\n")
     for node in plan.exclude:
         sys.stdout.write(f"  {node}\n")
+    for what, command in plan.commands.lines():
+        sys.stdout.write(f"{what}:\n  {command}\n")

@@ -73,8 +73,8 @@ def sort_findings(findings: Iterable[Finding]) -> tuple[Finding, ...]:
 
 
 @_json.document("quantdbg.doctor", 1)
-@dataclass(frozen=True)
-class DoctorReport(_json.Serializable):
+@dataclass(frozen=True, repr=False)
+class DoctorReport(_display.Displayable, _json.Serializable):
     """Everything the doctor found, most serious finding first, with the measurements behind it.
 
     Attributes:
@@ -125,9 +125,6 @@ class DoctorReport(_json.Serializable):
     def to_text(self, max_rows: int = 8) -> str:
         """The findings as plain text, most serious first (what ``quantdbg doctor`` prints)."""
         return format_text(self, max_rows)
-
-    def _repr_html_(self) -> str:
-        return _display.html(self)
 
 
 # --------------------------------------------------------------------------------------------

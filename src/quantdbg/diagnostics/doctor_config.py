@@ -34,6 +34,8 @@ class DoctorConfig(Serializable):
             the culprit even when its SQNR looks fine.
         zeroed_fraction: Share of non-zero weights rounding to 0 above which a weight is named.
         disagreement_ratio: Largest / smallest calibrator clip above which calibrators disagree.
+        disagreement_gain_db: SQNR gain (dB) of another calibrator over the one in use from which
+            calibrators disagree materially, however close their clips.
         bootstrap_chunks: Interleaved chunks of calibration samples the bootstrap resamples.
         bootstrap_rounds: Resamples per sample-count level.
         stable_spread: Largest relative half-width of a scale's 10-90 % bootstrap band that still
@@ -56,6 +58,7 @@ class DoctorConfig(Serializable):
     dominant_share: float = 0.5
     zeroed_fraction: float = 0.05
     disagreement_ratio: float = 2.0
+    disagreement_gain_db: float = 3.0
     bootstrap_chunks: int = 8
     bootstrap_rounds: int = 16
     stable_spread: float = 0.05
@@ -78,6 +81,8 @@ class DoctorConfig(Serializable):
                   if not 0.0 < values[name] <= 1.0]
         if not self.disagreement_ratio > 1.0:
             wrong.append(f"disagreement_ratio must be > 1, got {self.disagreement_ratio}")
+        if not self.disagreement_gain_db > 0.0:
+            wrong.append(f"disagreement_gain_db must be > 0, got {self.disagreement_gain_db}")
         if wrong:
             raise ConfigError(f"DoctorConfig.{wrong[0]}.")
 

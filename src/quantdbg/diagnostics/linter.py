@@ -73,8 +73,8 @@ class _LintForm:
     model: str = ""
 
 
-@dataclass(frozen=True)
-class LintReport(_json.Serializable):
+@dataclass(frozen=True, repr=False)
+class LintReport(_display.Displayable, _json.Serializable):
     """The findings of :func:`lint`, most severe first.
 
     Each finding's ``check`` is its rule id, its only subject the node, its ``title`` the full
@@ -126,9 +126,6 @@ class LintReport(_json.Serializable):
             cells = (f.severity.value, f"`{f.check}`", f"`{f.subjects[0]}`", f.title, f.fix)
             rows.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
         return f"{title}\n\n{summary}.\n\n" + "\n".join(rows) + "\n"
-
-    def _repr_html_(self) -> str:
-        return _display.html(self)
 
 
 def lint(model: ModelSource, *, skip: Collection[str] = ()) -> LintReport:

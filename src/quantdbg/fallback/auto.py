@@ -5,7 +5,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from quantdbg import _json
+from quantdbg import _display, _json
 from quantdbg._json import Serializable
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
@@ -19,8 +19,8 @@ from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, analyze_sensitivity
 
 
-@dataclass(frozen=True)
-class FallbackResult(Serializable):
+@dataclass(frozen=True, repr=False)
+class FallbackResult(_display.Displayable, Serializable):
     """What :func:`auto_fallback` produced.
 
     Its JSON form holds the plan and the report (both with their format tags), not the model.

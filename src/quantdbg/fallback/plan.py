@@ -14,9 +14,15 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from quantdbg import _json
+from quantdbg import _display, _json
 from quantdbg._json import Serializable
-from quantdbg.backends.tensorrt import EngineBuildSpec, ShapeRange, build_commands, trtexec_command
+from quantdbg.backends.tensorrt import (
+    BuildCommands,
+    EngineBuildSpec,
+    ShapeRange,
+    build_commands,
+    trtexec_command,
+)
 from quantdbg.config import Precision
 from quantdbg.data import as_data
 from quantdbg.errors import FormatError, QuantDbgError
@@ -138,8 +144,8 @@ def _at(where: str, name: str) -> str:
 
 
 @_json.document("quantdbg.fallback_plan", 2)
-@dataclass(frozen=True)
-class FallbackPlan(Serializable):
+@dataclass(frozen=True, repr=False)
+class FallbackPlan(_display.Displayable, Serializable):
     """The result of a fallback search (the ``quantdbg.fallback_plan/2`` document).
 
     Attributes:
@@ -196,13 +202,17 @@ class FallbackPlan(Serializable):
         """The same plan with another precision for the excluded nodes."""
         return replace(self, precision=Precision(precision))
 
-    def with_build(self, model_path: str | os.PathLike, data: Any = None) -> FallbackPlan:
+    def with_build(self, model_path: str | os.PathLike, data: Any = None, *,
+                   source: str | os.PathLike | None = None,
+                   calibration_data: str | os.PathLike | None = None) -> FallbackPlan:
         """The same plan with the TensorRT build of the mixed model written at ``model_path``.
 
         Args:
             model_path: The mixed-precision model file.
             data: Feeds whose shapes give the optimization profile of dynamic inputs (e.g. the
                 evaluation data); None uses batch 1/8/32 for batch-only dynamic inputs.
+            source: The FP32 original, for ModelOpt's command (None: no ModelOpt command).
+            calibration_data: The calibration .npz, for ModelOpt's command.
 
         Returns:
             The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
@@ -216,15 +226,36 @@ class FallbackPlan(Serializable):
         except QuantDbgError as err:
             logger.warning("no TensorRT build commands in the plan: %s", err)
             return self
-        return replace(self, build={"spec": spec.to_dict(), "commands": build_commands(spec).to_dict()})
+        commands = build_commands(spec, source, calibration_data)
+        return replace(self, build={"spec": spec.to_dict(), "commands": commands.to_dict()})
+
+    @property
+    def commands(self) -> BuildCommands:
+        """The build commands: those of :attr:`build` once the mixed model is written, else the same
+        commands for a model at the placeholder path ``MIXED.onnx``."""
+        if self.build is not None:
+            return BuildCommands.from_dict(self.build["commands"])
+        return build_commands(replace(self.tensorrt.spec(), engine=Path("MIXED.engine")))
+
+    @property
+    def mixed_path(self) -> Path:
+        """The mixed model the build commands read (``MIXED.onnx`` until :meth:`with_build`)."""
+        return Path(self.build["spec"]["model"]) if self.build is not None else Path("MIXED.onnx")
 
     def __json_encode__(self) -> dict[str, Any]:
         # The build goes in the derived "tensorrt" section, beside ModelOpt's settings (whose own
         # argument name for the excluded nodes is nodes_to_exclude).
         out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self) if f.name != "build"}
-        return {**out, "n_evaluations": self.n_evaluations,
-                "modelopt": {"nodes_to_exclude": list(self.exclude)},
-                "tensorrt": {**_json.encode(self.tensorrt), "build": _json.encode(self.build)}}
+        # Once built, the command lines name the real files (plans read back keep what they said).
+        written = self.build.get("commands", {}) if self.build is not None else {}
+        tensorrt = {**_json.encode(self.tensorrt), "build": _json.encode(self.build)}
+        modelopt: dict[str, Any] = {"nodes_to_exclude": list(self.exclude)}
+        for section, key, name in ((tensorrt, "trtexec", "trtexec"),
+                                   (tensorrt, "trtexec_weakly_typed", "trtexec_weakly_typed"),
+                                   (modelopt, "command", "modelopt")):
+            if written.get(name):
+                section[key] = written[name]
+        return {**out, "n_evaluations": self.n_evaluations, "modelopt": modelopt, "tensorrt": tensorrt}
 
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> FallbackPlan:

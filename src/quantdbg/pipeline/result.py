@@ -38,8 +38,8 @@ class _Fields:
 
 
 @_json.document("quantdbg.auto", 1)
-@dataclass(frozen=True)
-class AutoResult(_Fields, Serializable):
+@dataclass(frozen=True, repr=False)
+class AutoResult(_display.Displayable, _Fields, Serializable):
     """The result of :func:`quantdbg.auto` (the ``quantdbg.auto/1`` document; ``quantdbg auto --plan``).
 
     Its JSON form holds every field but the model, plus the derived ``met``, ``message`` and
@@ -99,9 +99,6 @@ class AutoResult(_Fields, Serializable):
     def message(self) -> str:
         """The verdict: whether the target is met, with the numbers."""
         return _verdict(self)
-
-    def _repr_html_(self) -> str:
-        return _display.html(self)
 
     def __json_encode__(self) -> dict[str, Any]:
         own = _json.encode(_Fields(**{f.name: getattr(self, f.name) for f in fields(_Fields)}))

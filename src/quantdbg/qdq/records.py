@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from quantdbg import _json
+from quantdbg import _display, _json
 from quantdbg.config import Precision, TensorKind
 from quantdbg.model import save_model
 from quantdbg.quant_math import QMAX
@@ -67,8 +67,8 @@ class QdqRecord(_json.Serializable):
         return tuple(QMAX * s for s in self.scale)
 
 
-@dataclass(frozen=True)
-class QuantizedModel:
+@dataclass(frozen=True, repr=False)
+class QuantizedModel(_display.Displayable):
     """A Q/DQ model and the record of every pair in it.
 
     Attributes:

@@ -30,6 +30,10 @@ th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 caption{text-align:left;color:#555;padding:.2rem 0}figure{margin:1rem 0}figure img{max-width:100%}
 figcaption{color:#555;font-size:.85rem}pre{background:#f4f4f4;padding:.6rem;overflow-x:auto}
 p.note{color:#777;font-size:.85rem}li.toc3{margin-left:1.2rem;font-size:.85rem}
+div.lead{border:1px solid #c9d6e8;background:#f5f8fc;padding:.2rem 1rem .6rem;margin:.6rem 0 1rem}
+div.lead h2{margin-top:.6rem;border:0}div.lead h3{margin:.6rem 0 .2rem}
+div.lead p:first-of-type{font-weight:600}
+div.lead li{margin:.15rem 0}div.lead pre{white-space:pre-wrap;word-break:break-all;font-size:.8rem}
 """
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -60,6 +64,14 @@ def _plot_html(plot: Plot) -> str:
             f"<figcaption>{html.escape(plot.title)}</figcaption></figure>")
 
 
+def _item_html(item: str) -> str:
+    """A list item; the text before a first ': ' (a layer or a flag) in bold."""
+    head, sep, tail = item.partition(": ")
+    if not sep or len(head) > 80:
+        return html.escape(item)
+    return f"<strong>{html.escape(head)}</strong>: {html.escape(tail)}"
+
+
 def _anchors(sections: Sequence[Section]) -> list[str]:
     """One unique fragment per section (titles can repeat across a bundle's results)."""
     seen: dict[str, int] = {}
@@ -75,6 +87,8 @@ def _section_html(section: Section, anchor: str, plots: bool, seen: dict[str, in
     tag = f"h{min(max(section.level, 2), 4)}"
     parts = [f'<section id="{anchor}"><{tag}>{html.escape(section.title)}</{tag}>']
     parts += [f"<p>{html.escape(p)}</p>" for p in section.paragraphs]
+    if section.items:
+        parts.append("<ul>" + "".join(f"<li>{_item_html(i)}</li>" for i in section.items) + "</ul>")
     if plots:
         parts += [_plot_html(p) for p in section.plots]
     elif section.plots:
@@ -85,10 +99,13 @@ def _section_html(section: Section, anchor: str, plots: bool, seen: dict[str, in
     return "".join(parts) + "</section>"
 
 
-def _body_html(sections: Sequence[Section], plots: bool) -> str:
+def _body_html(sections: Sequence[Section], plots: bool, toc: str = "") -> str:
+    """The sections; the lead ones (the first screen) boxed before ``toc``."""
     seen: dict[str, int] = {}
-    pairs = zip(sections, _anchors(sections), strict=True)
-    return "\n".join(_section_html(s, a, plots, seen) for s, a in pairs)
+    pairs = list(zip(sections, _anchors(sections), strict=True))
+    lead = "".join(_section_html(s, a, plots, seen) for s, a in pairs if s.lead)
+    rest = "\n".join(_section_html(s, a, plots, seen) for s, a in pairs if not s.lead)
+    return (f'<div class="lead">{lead}</div>' if lead else "") + toc + "\n" + rest
 
 
 def render_html(result: Any, *, title: str | None = None, plots: bool = True) -> str:
@@ -111,14 +128,24 @@ def render_html(result: Any, *, title: str | None = None, plots: bool = True) ->
         load("matplotlib", "report")
     page_title = report_title(result, title)
     toc = "".join(f'<li class="toc{s.level}"><a href="#{a}">{html.escape(s.title)}</a></li>'
-                  for s, a in zip(sections, _anchors(sections), strict=True) if s.level <= 3)
+                  for s, a in zip(sections, _anchors(sections), strict=True) if s.level <= 3 and not s.lead)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(page_title)}</title><style>{_CSS}</style></head>\n<body><main>"
         f'<h1>{html.escape(page_title)}</h1><p class="meta">quantdbg {__version__}</p>'
-        f"<nav><ul>{toc}</ul></nav>\n{_body_html(sections, plots)}\n</main></body></html>\n")
+        f"{_body_html(sections, plots, f'<nav><ul>{toc}</ul></nav>')}\n</main></body></html>\n")
+
+
+_FRAGMENT_CSS = ("<style>.quantdbg-report div.lead{border:1px solid #c9d6e8;padding:0 .8rem .4rem;"
+                 "margin:.4rem 0}</style>")
+
+
+def sections_html(sections: Sequence[Section]) -> str:
+    """An HTML fragment of ``sections`` (plots when matplotlib is installed), for notebooks."""
+    body = _body_html(sections, is_available("matplotlib"))
+    return f'<div class="quantdbg-report">{_FRAGMENT_CSS}{body}</div>'
 
 
 def repr_html(result: Any) -> str:
@@ -130,4 +157,4 @@ def repr_html(result: Any) -> str:
     Returns:
         HTML without ``<html>``/``<head>``, safe to embed.
     """
-    return f'<div class="quantdbg-report">{_body_html(sections_of(result), is_available("matplotlib"))}</div>'
+    return sections_html(sections_of(result))

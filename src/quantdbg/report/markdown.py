@@ -30,6 +30,8 @@ def render_markdown(result: Any, *, title: str | None = None) -> str:
         lines += ["#" * min(max(section.level, 2), 4) + " " + section.title, ""]
         for paragraph in section.paragraphs:
             lines += [paragraph, ""]
+        if section.items:
+            lines += [*(f"- {item}" for item in section.items), ""]
         for plot in section.plots:
             lines += [f"_Plot in the HTML report: {plot.title}._", ""]
         if section.code:

@@ -103,8 +103,15 @@ def ranking_figure(names: Sequence[str], values: Sequence[float], xlabel: str,
     ax = fig.add_subplot()
     marked = set(highlight)
     colors = [_COLORS[1] if name in marked else _COLORS[0] for name in names]
-    finite = np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    raw = np.asarray(values, dtype=np.float64)
+    finite = np.nan_to_num(raw, nan=0.0, posinf=0.0, neginf=0.0)
     ax.barh(np.arange(n), finite, color=colors)
+    # Each bar carries its value, so a zero-length (or non-finite) bar still shows it was measured.
+    ax.scatter(np.zeros(n), np.arange(n), marker="|", s=80, color=colors, zorder=3)
+    for i, (bar, value) in enumerate(zip(finite, raw, strict=True)):
+        ax.annotate(f"{value:.3g}" if np.isfinite(value) else "n/a", (max(bar, 0.0), i),
+                    textcoords="offset points", xytext=(3, 0), va="center", fontsize=7)
+    ax.margins(x=0.08)
     ax.set_yticks(np.arange(n), [_short(name) for name in names], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
@@ -134,8 +141,8 @@ def threshold_figure(items: Sequence[ThresholdHistogram], columns: int = 2) -> A
     rows = max(1, -(-len(items) // columns))
     # A fixed grid: constrained layout re-measures every log-axis tick label and takes seconds here.
     fig = _figure(4.2 * columns, 2.7 * rows + 0.5, layout=None)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.06, top=1 - 0.5 / (2.7 * rows + 0.5),
-                        hspace=0.55, wspace=0.22)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.06, top=1 - 0.5 / (2.7 * rows + 0.5),
+                        hspace=0.55, wspace=0.3)
     axes = fig.subplots(rows, columns, squeeze=False)
     ticker = load("matplotlib.ticker", "report")
     methods = sorted({m for item in items for m in item.thresholds})
@@ -152,6 +159,7 @@ def threshold_figure(items: Sequence[ThresholdHistogram], columns: int = 2) -> A
             ax.axvline(amax, color=color_of[method], linestyle=style, linewidth=1.4, label=method)
         ax.set_title(_short(item.tensor, 48), fontsize=8)
         ax.set_xlabel("|x|", fontsize=8)
+        ax.set_ylabel("values per bin (log)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.set_xlim(0, max(edges[-1], max(item.thresholds.values(), default=0.0)) * 1.03)
     for ax in list(axes.flat)[len(items):]:
@@ -191,32 +199,55 @@ def weight_zeroing_figure(nodes: Sequence[str], per_tensor: Sequence[float],
     return fig
 
 
-def scale_curves_figure(curves: Sequence[ScaleCurve]) -> Any:
-    """Scale relative to the full-set scale against the number of calibration samples.
+def scale_curves_figure(curves: Sequence[ScaleCurve], columns: int = 4) -> Any:
+    """Scale relative to the full-set scale against the number of calibration samples: one small
+    panel per tensor (bands drawn together hide each other), on shared axes.
 
     Args:
         curves: One curve per tensor; each is normalised by its own last median.
+        columns: Panels per row.
 
     Returns:
         The matplotlib Figure (see :func:`png`).
     """
-    fig = _figure(7.5, 3.6)
-    ax = fig.add_subplot()
-    for i, curve in enumerate(curves):
+    columns = max(1, min(columns, len(curves)))
+    rows = max(1, -(-len(curves) // columns))
+    fig = _figure(1.9 * columns + 0.8, 1.7 * rows + 0.9)
+    axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True)
+    for i, (ax, curve) in enumerate(zip(axes.flat, curves, strict=False)):
         ref = float(curve.median[-1]) or 1.0
         n = np.asarray(curve.n_samples, dtype=np.float64)
         color = _COLORS[i % len(_COLORS)]
-        ax.plot(n, np.asarray(curve.median) / ref, marker="o", markersize=3, color=color,
-                label=_short(curve.tensor, 36))
-        ax.fill_between(n, np.asarray(curve.lo) / ref, np.asarray(curve.hi) / ref, color=color, alpha=0.15)
-    ax.axhline(1.0, color="#666666", linewidth=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("calibration samples")
-    ax.set_ylabel("scale / scale with all samples")
-    ax.set_title("Scale against number of calibration samples (bootstrap 10-90% band)", fontsize=10)
-    ax.grid(alpha=0.3)
-    fig.legend(fontsize=7, loc="outside right upper")
+        ax.fill_between(n, np.asarray(curve.lo) / ref, np.asarray(curve.hi) / ref, color=color, alpha=0.25,
+                        linewidth=0)
+        ax.plot(n, np.asarray(curve.median) / ref, marker="o", markersize=3, color=color)
+        ax.axhline(1.0, color="#666666", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(_short(curve.tensor, 28), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(curves):]:
+        ax.set_visible(False)
+    fig.supxlabel("calibration samples (log scale)", fontsize=9)
+    fig.supylabel("scale / scale with all samples", fontsize=9)
+    fig.suptitle("Scale against number of calibration samples (median, bootstrap 10-90 % band)", fontsize=10)
     return fig
+
+
+def _point_labels(sizes: np.ndarray, values: np.ndarray) -> list[tuple[float, float, str]]:
+    """One label per drawn point: evaluations landing on the same spot (same size, values within 1 %
+    of the axis span) share a label such as ``2, 4``, so no two labels overlap there."""
+    span = float(np.nanmax(values) - np.nanmin(values)) if np.isfinite(values).any() else 0.0
+    tol = 0.01 * span if span > 0 else 1e-9
+    groups: list[tuple[float, float, list[int]]] = []
+    for i, (x, v) in enumerate(zip(sizes, values, strict=True)):
+        for gx, gv, members in groups:
+            if gx == x and (abs(gv - v) <= tol or (np.isnan(gv) and np.isnan(v))):
+                members.append(i + 1)
+                break
+        else:
+            groups.append((float(x), float(v), [i + 1]))
+    return [(x, v, ", ".join(map(str, members))) for x, v, members in groups]
 
 
 def fallback_figure(sizes: Sequence[int], values: Sequence[float], met: Sequence[bool], threshold: float,
@@ -228,7 +259,7 @@ def fallback_figure(sizes: Sequence[int], values: Sequence[float], met: Sequence
         values: The metric of each evaluation.
         met: Whether each met the target.
         threshold: The target's bound (drawn as a line).
-        ylabel: The metric.
+        ylabel: The metric, with its unit (e.g. ``output SQNR (dB)``).
 
     Returns:
         The matplotlib Figure (see :func:`png`).
@@ -241,12 +272,16 @@ def fallback_figure(sizes: Sequence[int], values: Sequence[float], met: Sequence
     ax.plot(sizes_arr, vals, color="#999999", linewidth=0.8, zorder=1)
     ax.scatter(sizes_arr[ok], vals[ok], color=_COLORS[2], label="meets target", zorder=2)
     ax.scatter(sizes_arr[~ok], vals[~ok], color=_COLORS[1], label="misses target", zorder=2)
-    for i, (x, v) in enumerate(zip(sizes_arr, vals, strict=True)):
-        ax.annotate(str(i + 1), (x, v), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    for j, (x, v, label) in enumerate(_point_labels(sizes_arr, vals)):
+        # Alternate sides so labels of neighbouring points do not run into each other.
+        offset = (5, 4) if j % 2 == 0 else (5, -10)
+        ax.annotate(label, (x, v), textcoords="offset points", xytext=offset, fontsize=7)
     ax.axhline(threshold, color="#333333", linestyle="--", linewidth=1, label="target")
-    ax.set_xlabel("layers kept out of INT8")
+    ax.xaxis.set_major_locator(load("matplotlib.ticker", "report").MaxNLocator(integer=True))
+    ax.margins(x=0.1)
+    ax.set_xlabel("layers kept out of INT8 (count)")
     ax.set_ylabel(ylabel)
-    ax.set_title("Fallback search: evaluations in order", fontsize=10)
+    ax.set_title("Fallback search: evaluations in order (labels: evaluation number)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig

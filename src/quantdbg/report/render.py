@@ -6,6 +6,7 @@ need matplotlib and DataFrames need pandas (extra ``report``); both load lazily.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ from quantdbg._optional import load
 from quantdbg.errors import ConfigError
 from quantdbg.report.html import render_html
 from quantdbg.report.markdown import render_markdown
-from quantdbg.report.results import PRIMARY_TABLE, kind_of, render_json
+from quantdbg.report.results import PRIMARY_TABLE, ReportBundle, kind_of, render_json
+from quantdbg.report.sections.base import Section
 from quantdbg.report.sections.registry import sections_of
+from quantdbg.report.summary import TEXTS
 
 
 @dataclass(frozen=True)
@@ -70,15 +73,29 @@ def to_dataframe(result: Any) -> Any:
     """The result's main table as a pandas DataFrame (raw values, every row).
 
     The main table: calibration ranges, sensitivity ranking, fallback evaluations, lint findings,
-    doctor findings, or a bundle's summary.
+    doctor findings, or a bundle's summary (without one: its results, one row each).
 
     Raises:
         MissingDependencyError: pandas is not installed (extra ``report``).
         ConfigError: ``result`` is not renderable or has no main table.
     """
     pandas = load("pandas", "report")
-    wanted = PRIMARY_TABLE[kind_of(result)]
-    for section in sections_of(result):
+    if isinstance(result, ReportBundle) and result.summary is None:  # its results, one row each
+        rows = [(kind_of(r), TEXTS[type(r)](r) if type(r) in TEXTS else type(r).__name__)
+                for r in result.results]
+        return pandas.DataFrame(rows, columns=["kind", "result"])
+    return table_frame(result, sections_of(result), PRIMARY_TABLE[kind_of(result)])
+
+
+def table_frame(result: Any, sections: Sequence[Section], wanted: str) -> Any:
+    """The table ``wanted`` (a css id) of ``sections`` as a DataFrame.
+
+    Raises:
+        MissingDependencyError: pandas is not installed (extra ``report``).
+        ConfigError: No such table.
+    """
+    pandas = load("pandas", "report")
+    for section in sections:
         for table in section.tables:
             if table.css_id == wanted:
                 return pandas.DataFrame(list(table.rows), columns=list(table.columns))

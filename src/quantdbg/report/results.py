@@ -57,8 +57,8 @@ class _BundleForm:
 
 
 @_json.document("quantdbg.report", 1)
-@dataclass(frozen=True)
-class ReportBundle(_json.Serializable):
+@dataclass(frozen=True, repr=False)
+class ReportBundle(_display.Displayable, _json.Serializable):
     """Several results in one report (what ``quantdbg demo`` writes).
 
     Attributes:
@@ -92,9 +92,6 @@ class ReportBundle(_json.Serializable):
         form = _json.decode(_BundleForm, data, where)
         return cls(form.title, tuple(result_from_dict(m.data, m.kind) for m in form.results), form.summary,
                    form.notes)
-
-    def _repr_html_(self) -> str:
-        return _display.html(self)
 
 
 _TYPES: Mapping[ResultKind, type] = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from quantdbg import _json
+from quantdbg import _display, _json
 from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
 from quantdbg.errors import check_choice, unknown
@@ -102,8 +102,8 @@ class TensorError(Serializable):
 
 
 @_json.document("quantdbg.sensitivity", 1)
-@dataclass(frozen=True)
-class SensitivityReport(Serializable):
+@dataclass(frozen=True, repr=False)
+class SensitivityReport(_display.Displayable, Serializable):
     """Per-layer sensitivity, most sensitive first (the ``quantdbg.sensitivity/1`` document).
 
     Attributes:

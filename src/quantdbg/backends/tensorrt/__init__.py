@@ -12,6 +12,7 @@ from quantdbg.backends.tensorrt.build import build_engine as build_engine
 from quantdbg.backends.tensorrt.commands import BuildCommands as BuildCommands
 from quantdbg.backends.tensorrt.commands import EngineBuildSpec as EngineBuildSpec
 from quantdbg.backends.tensorrt.commands import build_commands as build_commands
+from quantdbg.backends.tensorrt.commands import modelopt_command as modelopt_command
 from quantdbg.backends.tensorrt.commands import polygraphy_convert_command as polygraphy_convert_command
 from quantdbg.backends.tensorrt.commands import polygraphy_run_command as polygraphy_run_command
 from quantdbg.backends.tensorrt.commands import trtexec_command as trtexec_command

@@ -12,7 +12,10 @@ Flags follow TensorRT 10's trtexec (``--onnx``, ``--stronglyTyped``, ``--minShap
 ``--noTF32``, ``--profilingVerbosity``, ``--exportLayerInfo``) and Polygraphy's ``convert``/``run``
 (``--convert-to trt``, ``--strongly-typed``, ``--trt-min-shapes``..., ``--load-timing-cache``,
 ``--save-timing-cache``, ``--pool-limit``, ``--builder-optimization-level``, ``--tf32``,
-``--input-shapes``, ``--trt``, ``--onnxrt``). Every argument is quoted with :func:`shlex.quote`.
+``--input-shapes``, ``--trt``, ``--onnxrt``). ModelOpt's command (``python -m
+modelopt.onnx.quantization --onnx_path ... --nodes_to_exclude ...``) quantizes the FP32 original with
+the same layers left out, for those who build their Q/DQ model with ModelOpt. Every argument is quoted
+with :func:`shlex.quote`.
 """
 from __future__ import annotations
 
@@ -115,24 +118,46 @@ class BuildCommands(Serializable):
     """The same engine build, spelled for each tool.
 
     Attributes:
-        trtexec: Builds (and benchmarks) the engine with trtexec.
+        trtexec: Builds (and benchmarks) the engine with trtexec (strongly typed).
         polygraphy_convert: Builds the engine with ``polygraphy convert``.
         polygraphy_run: Builds it in memory and compares TensorRT's outputs with ONNX Runtime's.
         comment: Shell comment lines recording the excluded nodes.
+        trtexec_weakly_typed: The weakly typed trtexec build, pinning the excluded nodes (if any) with
+            ``--precisionConstraints=obey --layerPrecisions``.
+        modelopt: ModelOpt's quantization of the FP32 original with the same nodes excluded
+            (``--nodes_to_exclude``; "" when the original is unknown).
     """
 
     trtexec: str
     polygraphy_convert: str
     polygraphy_run: str
     comment: str = ""
+    trtexec_weakly_typed: str = ""
+    modelopt: str = ""
+
+    def lines(self) -> tuple[tuple[str, str], ...]:
+        """(what it does, command) for every command present, the trtexec build first; the weakly
+        typed build only when it pins excluded layers (``comment`` names them)."""
+        weakly = self.trtexec_weakly_typed if self.comment else ""
+        found = (("trtexec (strongly typed)", self.trtexec),
+                 ("trtexec (weakly typed, excluded layers pinned)", weakly),
+                 ("polygraphy convert", self.polygraphy_convert),
+                 ("polygraphy run (TensorRT vs ONNX Runtime)", self.polygraphy_run),
+                 ("ModelOpt (same layers excluded)", self.modelopt))
+        return tuple((what, command) for what, command in found if command)
 
     def to_script(self) -> str:
-        """A POSIX shell script running the trtexec build, with the Polygraphy equivalents commented."""
+        """A POSIX shell script running the trtexec build, with the other tools' equivalents commented."""
         lines = ["#!/bin/sh", "set -e"]
         if self.comment:
             lines.append(self.comment)
         lines += [self.trtexec, "", "# Equivalent Polygraphy build:", f"# {self.polygraphy_convert}",
                   "# Compare TensorRT with ONNX Runtime on random inputs:", f"# {self.polygraphy_run}"]
+        if self.comment and self.trtexec_weakly_typed:
+            lines += ["# Weakly typed trtexec build (excluded layers pinned by name):",
+                      f"# {self.trtexec_weakly_typed}"]
+        if self.modelopt:
+            lines += ["# The same exclusion with ModelOpt's quantizer:", f"# {self.modelopt}"]
         return "\n".join(lines) + "\n"
 
 
@@ -249,11 +274,41 @@ def polygraphy_run_command(spec: EngineBuildSpec) -> str:
     return _join(args)
 
 
-def build_commands(spec: EngineBuildSpec) -> BuildCommands:
-    """All three commands for ``spec``, plus a comment naming the excluded nodes.
+def modelopt_command(source: str | os.PathLike[str], exclude: Sequence[str], *,
+                     output: str | os.PathLike[str] | None = None,
+                     calibration_data: str | os.PathLike[str] | None = None) -> str:
+    """ModelOpt's command line quantizing the FP32 ``source`` to INT8 with ``exclude`` left out.
+
+    Args:
+        source: The FP32 ONNX model (ModelOpt inserts its own Q/DQ pairs).
+        exclude: Node names for ``--nodes_to_exclude`` (ModelOpt treats each as a pattern; ONNX node
+            names rarely hold regex metacharacters other than ``.``, which still matches itself).
+        output: ``--output_path`` (None: ModelOpt's default next to the source).
+        calibration_data: ``--calibration_data_path``, a .npz of input name -> samples (None: ModelOpt
+            calibrates on random data, so pass it whenever you have it).
+
+    Returns:
+        A shell-quoted command.
+    """
+    args = ["python", "-m", "modelopt.onnx.quantization", "--onnx_path", str(source),
+            "--quantize_mode", "int8"]
+    if calibration_data is not None:
+        args += ["--calibration_data_path", str(calibration_data)]
+    if exclude:
+        args += ["--nodes_to_exclude", *exclude]
+    if output is not None:
+        args += ["--output_path", str(output)]
+    return _join(args)
+
+
+def build_commands(spec: EngineBuildSpec, source: str | os.PathLike[str] | None = None,
+                   calibration_data: str | os.PathLike[str] | None = None) -> BuildCommands:
+    """Every command for ``spec``, plus a comment naming the excluded nodes.
 
     Args:
         spec: The build; ``spec.engine`` must be set.
+        source: The FP32 original of ``spec.model`` (None: no ModelOpt command).
+        calibration_data: Calibration .npz for the ModelOpt command.
 
     Returns:
         The commands.
@@ -266,5 +321,9 @@ def build_commands(spec: EngineBuildSpec) -> BuildCommands:
         comment = (f"# {len(spec.exclude)} node(s) kept in {spec.exclude_precision.value.upper()} "
                    f"(cast in the model; the strongly typed build follows it): "
                    + ", ".join(" ".join(name.split()) for name in spec.exclude))
+    weakly = trtexec_command(spec, strongly_typed=False)
+    modelopt = "" if source is None else modelopt_command(
+        source, spec.exclude, output=spec.model.with_name(f"{spec.model.stem}.modelopt.onnx"),
+        calibration_data=calibration_data)
     return BuildCommands(trtexec_command(spec), polygraphy_convert_command(spec),
-                         polygraphy_run_command(spec), comment)
+                         polygraphy_run_command(spec), comment, weakly, modelopt)

@@ -74,5 +74,6 @@ def auto_sections(result: AutoResult) -> list[Section]:
     if result.report is not None:
         sections += nested(sensitivity_sections(result.report, highlight=result.exclude))
     if result.plan is not None:
-        sections += nested(fallback_sections(result.plan))
+        # The first screen (verdict.auto_lead) shows the build commands of the layers excluded.
+        sections += nested(fallback_sections(result.plan, commands=not result.exclude))
     return sections

@@ -63,6 +63,9 @@ class Section:
         plots: Plots, in order (after the paragraphs, before the tables).
         code: Preformatted lines (commands).
         level: Heading level (2 for a result, 3 for its parts).
+        items: A bulleted list, after the paragraphs.
+        lead: Part of the first screen: shown before the table of contents, its commands before
+            its tables.
     """
 
     title: str
@@ -71,6 +74,8 @@ class Section:
     plots: tuple[Plot, ...] = ()
     code: tuple[str, ...] = ()
     level: int = 2
+    items: tuple[str, ...] = ()
+    lead: bool = False
 
     @property
     def anchor(self) -> str:

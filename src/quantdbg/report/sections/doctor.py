@@ -1,7 +1,7 @@
 """Sections of a doctor report: the findings first (each with its evidence), then the measurements."""
 from __future__ import annotations
 
-from quantdbg.diagnostics import DoctorReport, zeroing_evidence
+from quantdbg.diagnostics import Cell, DoctorReport, zeroing_evidence
 from quantdbg.report.plots import ScaleCurve, png, scale_curves_figure, weight_zeroing_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table, nested
 from quantdbg.report.sections.calibration import calibrator_comparison_section
@@ -73,10 +73,15 @@ def _stability_section(report: DoctorReport) -> Section:
 
 
 def _mixed_ranges_section(report: DoctorReport) -> Section:
-    rows = tuple((m.tensor, m.role, m.axis, m.scale, len(m.channel_absmax), len(m.swamped), m.sqnr_db,
-                  m.swamped_sqnr_db) for m in report.mixed_ranges)
-    return Section("Value ranges per channel", (
-        "Each tensor under one per-tensor scale: channels where most non-zero values round to 0 "
-        "(swamped) and the SQNR of the whole tensor vs of those channels.",),
-        (Table(("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)", "swamped SQNR (dB)"),
-               rows, "mixed-ranges"),), level=3)
+    # The swamped channels' SQNR exists only where some channel is swamped ("-" elsewhere, not nan).
+    rows: tuple[tuple[Cell, ...], ...] = tuple(
+        (m.tensor, m.role, m.axis, m.scale, len(m.channel_absmax), len(m.swamped), m.sqnr_db,
+         m.swamped_sqnr_db if m.swamped else None) for m in report.mixed_ranges)
+    columns: tuple[str, ...] = ("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)",
+                                "swamped SQNR (dB)")
+    text = ("Each tensor under one per-tensor scale: channels where most non-zero values round to 0 "
+            "(swamped) and the SQNR of the whole tensor vs of those channels.")
+    if not any(m.swamped for m in report.mixed_ranges):  # no swamped channel: that SQNR is undefined
+        columns, rows = columns[:-1], tuple(row[:-1] for row in rows)
+        text += " No channel is swamped here."
+    return Section("Value ranges per channel", (text,), (Table(columns, rows, "mixed-ranges"),), level=3)

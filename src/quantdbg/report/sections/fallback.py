@@ -2,6 +2,7 @@
 build commands."""
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -24,8 +25,27 @@ def phases_paragraph(plan: FallbackPlan) -> str:
     return f"Evaluations by phase: {counts or 'none'}."
 
 
-def fallback_sections(plan: FallbackPlan) -> list[Section]:
-    """The outcome, the layers kept out of INT8, every evaluation (chart and table), build commands."""
+def metric_label(plan: FallbackPlan) -> str:
+    """The searched value's name with its unit, for an axis."""
+    if plan.target.kind == "sqnr":
+        return "output SQNR (dB)"
+    if plan.target.kind == "relative_loss":
+        return "task metric (relative-loss target)"
+    return "task metric"
+
+
+def build_code(plan: FallbackPlan) -> tuple[str, ...]:
+    """The build commands as shell lines, each after a comment saying what it does (placeholder
+    paths ``MIXED.onnx`` until the plan knows the mixed model's file)."""
+    lines = [f"# {what}\n{command}" for what, command in plan.commands.lines()]
+    if not any("modelopt" in line for line in lines) and plan.exclude:
+        lines.append(f"# ModelOpt: --nodes_to_exclude {shlex.join(plan.exclude)}")
+    return ("\n".join(lines),)
+
+
+def fallback_sections(plan: FallbackPlan, commands: bool = True) -> list[Section]:
+    """The outcome, the layers kept out of INT8, every evaluation (chart and table), and the build
+    commands unless ``commands`` is False (the report's first screen shows them)."""
     paragraphs = [plan.message or f"Status: {plan.status}.",
                   f"Target: {plan.target.describe()}. Strategy {plan.strategy}: {plan.n_evaluations} "
                   f"evaluation(s) of a budget of {plan.budget}, plus the verification; set is "
@@ -43,9 +63,8 @@ def fallback_sections(plan: FallbackPlan) -> list[Section]:
     values = [e.value for e in plan.evaluations]
     met = [e.met for e in plan.evaluations]
     def draw() -> bytes:
-        return png(fallback_figure(sizes, values, met, plan.target.threshold, plan.target.kind))
+        return png(fallback_figure(sizes, values, met, plan.target.threshold, metric_label(plan)))
 
     plots = (Plot("Fallback search", draw, "Metric of each evaluation"),) if plan.evaluations else ()
-    code = (" ".join(plan.tensorrt.trtexec_args()),
-            f"modelopt nodes_to_exclude={list(plan.exclude)!r}")
+    code = build_code(plan) if commands else ()
     return [Section("Fallback plan", tuple(paragraphs), (evals, kept), plots, code)]

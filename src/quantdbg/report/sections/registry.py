@@ -17,6 +17,7 @@ from quantdbg.report.sections.doctor import doctor_sections
 from quantdbg.report.sections.fallback import fallback_sections
 from quantdbg.report.sections.lint import lint_sections
 from quantdbg.report.sections.sensitivity import sensitivity_sections
+from quantdbg.report.sections.verdict import Evidence, auto_lead, gather, plan_lead
 from quantdbg.sensitivity import SensitivityReport
 
 
@@ -33,10 +34,18 @@ def sections_of(result: Any) -> list[Section]:
 
 sections_of.register(CalibrationResult, calibration_sections)
 sections_of.register(SensitivityReport, sensitivity_sections)
-sections_of.register(FallbackPlan, fallback_sections)
 sections_of.register(LintReport, lint_sections)
 sections_of.register(DoctorReport, doctor_sections)
-sections_of.register(AutoResult, auto_sections)
+
+
+@sections_of.register(FallbackPlan)
+def _plan(plan: FallbackPlan) -> list[Section]:
+    return plan_lead(Evidence(plan)) + fallback_sections(plan, commands=False)
+
+
+@sections_of.register(AutoResult)
+def _auto(result: AutoResult) -> list[Section]:
+    return auto_lead(result) + auto_sections(result)
 
 
 @sections_of.register(ReportBundle)
@@ -47,6 +56,8 @@ def _bundle(bundle: ReportBundle) -> list[Section]:
     def member(item: Any) -> list[Section]:
         if kept and isinstance(item, SensitivityReport):
             return sensitivity_sections(item, highlight=kept)
+        if isinstance(item, FallbackPlan):  # its verdict and commands lead the bundle
+            return fallback_sections(item, commands=False)
         return sections_of(item)
 
-    return bundle_sections(bundle, member)
+    return plan_lead(gather(bundle.results)) + bundle_sections(bundle, member)

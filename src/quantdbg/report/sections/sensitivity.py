@@ -28,21 +28,22 @@ def chart_values(report: SensitivityReport) -> tuple[list[float], str]:
     layers = report.layers
     values = [layer.value for layer in layers]
     sign = 1.0 if report.higher_is_better else -1.0
+    metric, unit = ("output SQNR", " (dB)") if report.metric.startswith("sqnr") else (report.metric, "")
     if report.mode == "local":
         return _deficit(values, True), "noise of the layer's own output above the quietest layer's (dB)"
     if report.mode == "cumulative":
-        return [layer.score for layer in layers], "noise-to-signal ratio the layer adds"
+        return [layer.score for layer in layers], "noise-to-signal ratio the layer adds (power ratio)"
     ref = report.reference_value
     if report.mode == "isolated" and ref is not None and math.isfinite(ref):
-        return [sign * (ref - v) for v in values], f"{report.metric} lost with only this layer in INT8"
+        return [sign * (ref - v) for v in values], f"{metric} lost with only this layer in INT8{unit}"
     if report.mode == "isolated":  # e.g. SQNR, whose FP32 reference is infinite
         return (_deficit(values, report.higher_is_better),
-                f"{report.metric} with only this layer in INT8, below the least harmful layer's")
+                f"{metric} with only this layer in INT8, below the least harmful layer's{unit}")
     base = report.baseline_value
     if base is not None and math.isfinite(base):
         return ([sign * (v - base) for v in values],
-                f"{report.metric} regained by taking only this layer out of INT8")
-    return _deficit(values, not report.higher_is_better), f"{report.metric} regained (relative)"
+                f"{metric} regained by taking only this layer out of INT8{unit}")
+    return _deficit(values, not report.higher_is_better), f"{metric} regained (relative){unit}"
 
 
 def _evidence_cells(layer: LayerSensitivity) -> tuple[Cell, ...]:
