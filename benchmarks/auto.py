@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import export_forms  # noqa: E402
 from _bench import git_commit, machine  # noqa: E402
-from _zoo_tasks import ZOO, load_task, minilm_mrr, run_command, silero_auc, write_section  # noqa: E402
+from _zoo_tasks import ZOO, ZooTask, load_task, run_command, silero_auc, write_section  # noqa: E402
 
 import quantdbg  # noqa: E402
 from quantdbg.evaluation import Accuracy, OutputFunction  # noqa: E402
@@ -53,12 +53,38 @@ PEERS_PYTHON = os.environ.get("QDBG_PEERS_PYTHON", "/work/peers_venv/bin/python"
 
 
 def task_metric(name: str, labels: np.ndarray | None) -> Any:
-    """The model's task metric, scored in the analysis session."""
+    """The model's task metric, scored in the analysis session.
+
+    Each also scores a leading part of the evaluation set (the output-space ranking scores the
+    first samples only): MiniLM's pairs are interleaved (query, its paragraph, ...), Silero's frame
+    labels are cut to the clips scored.
+    """
     if name == "digits_cnn":
         return Accuracy(labels)
     if name == "minilm_l6_v2_text":
-        return OutputFunction(minilm_mrr, "retrieval MRR")
-    return OutputFunction(lambda out, ref: silero_auc({"p": out["speech_probs"]}, labels), "frame ROC-AUC")
+        return OutputFunction(pair_mrr, "retrieval MRR")
+    return OutputFunction(lambda out, ref: silero_auc({"p": out["speech_probs"]},
+                                                      labels.reshape(-1)[:out["speech_probs"].size]),
+                          "frame ROC-AUC")
+
+
+def pair_mrr(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+    """MRR of each query's own paragraph among the paragraphs scored, rows interleaved query/paragraph
+    (the builder's MRR on the whole set: a rank does not depend on the order of the pairs)."""
+    emb = outputs["sentence_embedding"].astype(np.float64)
+    queries, docs = emb[0::2], emb[1::2]
+    sim = queries @ docs.T
+    return float((1.0 / ((sim > np.diag(sim)[:, None]).sum(1) + 1)).mean())
+
+
+def bench_task(name: str, work: Path) -> ZooTask:
+    """The zoo task, MiniLM's evaluation rows interleaved (query, its paragraph) for :func:`pair_mrr`."""
+    loaded = load_task(name, work / "zoo")
+    if name != "minilm_l6_v2_text":
+        return loaded
+    n = len(next(iter(loaded.eval.values()))) // 2
+    pairs = {k: np.stack([a[:n], a[n:]], axis=1).reshape(2 * n, *a.shape[1:]) for k, a in loaded.eval.items()}
+    return ZooTask(loaded.name, loaded.model, loaded.calib, pairs, None, None)
 
 
 def _summary(result: Any) -> dict[str, Any]:
@@ -83,7 +109,7 @@ def modelopt_metric(name: str, model: Path, work: Path) -> float | None:
             "quantize(src, quantize_mode='int8', calibration_method='entropy', calibration_data=c, "
             "output_path=out, calibration_eps=['cpu'])\n")
     calib = work / "peer_calib.npz"
-    task = load_task(name, work / "zoo")
+    task = bench_task(name, work)
     if not isinstance(task.calib, dict):
         return None  # a feed list (Silero's recurrent state) is not an array ModelOpt takes
     np.savez(calib, **task.calib)
@@ -117,7 +143,7 @@ def score_file(name: str, path: Path, task: Any) -> float:
 
 def run(name: str, form: str, work: Path, max_rel_loss: float = MAX_REL_LOSS) -> dict[str, Any]:
     """One automatic-flow run on one form of one zoo model."""
-    task = load_task(name, work / "zoo")
+    task = bench_task(name, work)
     model = export_forms.form(onnx.load(str(task.model)), form)
     path = work / f"{name}_{form}.onnx"
     onnx.save(model, str(path))
