@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,3 +74,42 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Writes ``obj`` as indented, key-sorted JSON atomically."""
     return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def commit_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | None]]:
+    """Yields a stand-in path for each destination; once the block succeeds all are moved into place.
+
+    Each stand-in has its destination's file name, inside a private folder beside the destination,
+    so whatever a writer puts next to it (external weight data) moves along. Every file is finished
+    before the first rename, so a failure while writing (a full disk, an exception) leaves no
+    destination changed: never a model without its plan or cache.
+
+    Args:
+        paths: Destinations; None entries yield None (nothing to write).
+
+    Yields:
+        The stand-in paths, in the order of ``paths``.
+
+    Raises:
+        ConfigError: A destination folder does not exist.
+    """
+    stages: list[Path] = []
+    try:
+        targets: list[Path | None] = []
+        for path in paths:
+            if path is None:
+                targets.append(None)
+                continue
+            dest = Path(path)
+            if not dest.parent.is_dir():
+                raise ConfigError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
+            stages.append(Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)))
+            targets.append(stages[-1] / dest.name)
+        yield targets
+        for stage in stages:
+            for item in sorted(stage.iterdir()):
+                os.replace(item, stage.parent / item.name)
+    finally:
+        for stage in stages:
+            shutil.rmtree(stage, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""What several subcommands share: output-path checks, and the model / data / metric options of
+"""What several subcommands share: the model / data / metric options of
 ``analyze`` and ``fallback`` with the API objects they turn into."""
 from __future__ import annotations
 
@@ -17,30 +17,6 @@ TOP1 = "top1"
 """The ``--metric`` choice for top-1 agreement with FP32 (:class:`~quantdbg.evaluation.Top1Agreement`)."""
 READY_METRICS: tuple[str, ...] = (*METRIC_NAMES, TOP1)
 """``--metric`` choices: every output metric of :mod:`quantdbg.evaluation`, then top-1 agreement."""
-
-
-def check_out(path: str, flag: str) -> None:
-    """Fails before any work when the folder of output ``path`` (given with ``flag``) does not exist.
-
-    Raises:
-        ConfigError: The folder does not exist.
-    """
-    folder = Path(path).resolve().parent
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path!r}: folder {str(folder)!r} does not exist.")
-
-
-def check_outputs(*paths: str | None) -> None:
-    """Fails before any work when an output's folder does not exist (None entries are skipped).
-
-    Raises:
-        ConfigError: A folder does not exist.
-    """
-    for path in paths:
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise ConfigError(
-                f"Cannot write {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist."
-            )
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg.cli._options import add_model_options, eval_data, load_models, task_metric
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
@@ -40,7 +41,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_out(args.out, "--out")
+    check_paths(inputs_of(args), {"--out": args.out})
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
     fp_model, qmodel = load_models(args)

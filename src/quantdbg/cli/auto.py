@@ -14,8 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from quantdbg._io import commit_together
 from quantdbg.calibration import available_calibrators
-from quantdbg.cli._options import READY_METRICS, check_out, eval_data, task_metric
+from quantdbg.cli._options import READY_METRICS, eval_data, task_metric
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -104,10 +106,8 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    outputs = (args.out, "--out"), (args.plan, "--plan"), (args.html, "--html"), (args.resume, "--resume")
-    for path, flag in outputs:
-        if path is not None:
-            check_out(path, flag)
+    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "--html": args.html,
+                                  "--resume": args.resume or f"{args.plan}.partial"})
     metric = task_metric(args)
     resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
     config = _config(args, resume)
@@ -124,10 +124,11 @@ def run(args: argparse.Namespace) -> int:
             os.unlink(resume)
         raise
     assert result.model is not None  # a run always ends with a model
-    result.model.save(args.out)
-    result.write(args.plan)
-    if args.html is not None:
-        write_report(result, html=args.html)
+    with commit_together(args.out, args.plan, args.html) as (out, plan, html):
+        result.model.save(out)  # the model, its plan and report appear together or not at all
+        result.write(plan)
+        if html is not None:
+            write_report(result, html=html)
     if args.resume is None and resume.exists():
         os.unlink(resume)
     _print(result)

@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from quantdbg.cli._paths import check_folder
 from quantdbg.demo import DEMO_MIN_SQNR_DB, run_demo
 from quantdbg.errors import ConfigError
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.threads < 0:
         raise ConfigError(f"--threads must be >= 0, got {args.threads}.")
+    check_folder("--out", args.out)
     folder = _folder(args.out)
     result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=not args.no_progress)
     sys.stdout.write(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli._options import check_outputs
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import CalibConfig
 from quantdbg.diagnostics import CHECKS, DoctorConfig, Severity, diagnose
 from quantdbg.report import write_report
@@ -55,7 +55,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input.
     """
-    check_outputs(args.json, args.html, args.md)
+    check_paths(inputs_of(args), {"--json": args.json, "--html": args.html, "--md": args.md})
     config = DoctorConfig(
         CalibConfig(method=args.method),
         checks=tuple(args.checks) if args.checks else CHECKS,

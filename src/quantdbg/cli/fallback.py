@@ -9,7 +9,9 @@ import argparse
 import sys
 from typing import Any
 
-from quantdbg.cli._options import add_model_options, check_out, eval_data, load_models, task_metric
+from quantdbg._io import commit_together
+from quantdbg.cli._options import add_model_options, eval_data, load_models, task_metric
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
@@ -60,8 +62,7 @@ def run_fallback(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_out(args.out, "--out")
-    check_out(args.plan, "--plan")
+    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan})
     target = _target(args)
     fp_model, qmodel = load_models(args)
     metric = task_metric(args)
@@ -77,9 +78,10 @@ def run_fallback(args: argparse.Namespace) -> int:
         result.plan.write(args.plan)
         sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
         return 2
-    result.mixed.save(args.out)
-    plan = result.plan.with_build(args.out, data)
-    plan.write(args.plan)
+    with commit_together(args.out, args.plan) as (out, plan_path):
+        result.mixed.save(out)  # the mixed model and its plan appear together or not at all
+        plan = result.plan.with_build(args.out, data, staged=out)
+        plan.write(plan_path)
     _print_plan(plan)
     if plan.status != "met":
         sys.stderr.write(f"quantdbg fallback: error: {plan.message}\n")

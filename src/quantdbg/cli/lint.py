@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from quantdbg._io import write_json_atomic
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.diagnostics import FAIL_ON, RULES, LintReport, lint
 
 _EPILOG = """\
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 or 1 (see the module docstring); input errors raise and become status 2 in ``cli.main``.
     """
+    check_paths(inputs_of(args), {"--json": args.json})
     report = lint(args.model, skip=args.skip)
     if args.json is not None:
         write_json_atomic(args.json, report.to_dict())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli._options import check_outputs
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.report import load_result, write_report
 
@@ -39,7 +39,7 @@ def run_report(args: argparse.Namespace) -> int:
     """
     if args.html is None and args.md is None:
         raise ConfigError("Nothing to write: give --html OUT.html and/or --md OUT.md.")
-    check_outputs(args.html, args.md)
+    check_paths(inputs_of(args), {"--html": args.html, "--md": args.md})
     result = load_result(args.result)
     written = write_report(
         result, html=args.html, markdown=args.md, title=args.title, plots=not args.no_plots

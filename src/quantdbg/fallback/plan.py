@@ -196,13 +196,16 @@ class FallbackPlan(Serializable):
         """The same plan with another precision for the excluded nodes."""
         return replace(self, precision=Precision(precision))
 
-    def with_build(self, model_path: str | os.PathLike, data: Any = None) -> FallbackPlan:
+    def with_build(self, model_path: str | os.PathLike, data: Any = None, *,
+                   staged: str | os.PathLike | None = None) -> FallbackPlan:
         """The same plan with the TensorRT build of the mixed model written at ``model_path``.
 
         Args:
             model_path: The mixed-precision model file.
             data: Feeds whose shapes give the optimization profile of dynamic inputs (e.g. the
                 evaluation data); None uses batch 1/8/32 for batch-only dynamic inputs.
+            staged: Where the model file is now, when it is moved to ``model_path`` together with
+                the plan (None: it is at ``model_path``).
 
         Returns:
             The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
@@ -210,7 +213,7 @@ class FallbackPlan(Serializable):
         """
         path = Path(model_path)
         try:
-            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data),
+            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data), source=staged,
                                               engine=path.with_suffix(".engine"), exclude=self.exclude,
                                               exclude_precision=self.precision)
         except QuantDbgError as err:
