@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from quantdbg._fingerprint import array_digest
 from quantdbg.errors import BackendError, ConfigError, DataError
 from quantdbg.evaluation.metrics import HIGHER_IS_BETTER, MetricName, check_metric_name
 from quantdbg.model import save_model
@@ -46,6 +47,8 @@ class TaskMetric:
     name: str = "metric"
     higher_is_better: bool = True
     needs_model: bool = False
+    identity_attrs: tuple[str, ...] = ()
+    """The attributes that change this metric's scores (beyond its class and description)."""
 
     def from_outputs(self, outputs: Outputs, reference: Outputs) -> float:
         """Scores a variant from its outputs.
@@ -80,6 +83,29 @@ class TaskMetric:
         """One line naming the metric and its direction."""
         return f"{self.name} ({'higher' if self.higher_is_better else 'lower'} is better)"
 
+    def identity(self) -> str:
+        """Everything that changes this metric's scores, as text (resume fingerprints compare it).
+
+        The class, the description and the attributes named in ``identity_attrs``: arrays by a
+        digest of their bytes, functions by their qualified name, nested metrics by their own
+        identity. A subclass with parameters of its own lists them there (or overrides this).
+        """
+        parts = [f"{type(self).__module__}.{type(self).__qualname__}", self.describe()]
+        parts += [f"{key}={_identity_of(getattr(self, key, None))}" for key in self.identity_attrs]
+        return "|".join(parts)
+
+
+def _identity_of(value: Any) -> str:
+    if isinstance(value, TaskMetric):
+        return value.identity()
+    if isinstance(value, np.ndarray):
+        return f"array({array_digest(value)})"
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__name__)}"
+    if type(value).__repr__ is object.__repr__:  # the default repr holds a memory address
+        return type(value).__qualname__
+    return repr(value)
+
 
 def _select(outputs: Outputs, output: str | None, what: str) -> str:
     if output is None:
@@ -99,6 +125,8 @@ class OutputMetric(TaskMetric):
         metric: Which metric (see :data:`quantdbg.evaluation.MetricName`).
         output: Score only this output (None: all outputs pooled).
     """
+
+    identity_attrs = ("metric", "output")
 
     def __init__(self, metric: MetricName = "sqnr", output: str | None = None) -> None:
         self.metric = check_metric_name(metric)
@@ -130,6 +158,8 @@ class Top1Agreement(TaskMetric):
 
     name = "top1_agreement"
 
+    identity_attrs = ("output", "axis")
+
     def __init__(self, output: str | None = None, axis: int = -1) -> None:
         self.output = output
         self.axis = axis
@@ -156,6 +186,8 @@ class Accuracy(TaskMetric):
     """
 
     name = "accuracy"
+
+    identity_attrs = ("labels", "output", "axis")
 
     def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1) -> None:
         self.labels = np.asarray(labels)
@@ -188,6 +220,8 @@ class OutputFunction(TaskMetric):
         higher_is_better: Direction of the metric.
     """
 
+    identity_attrs = ("fn",)
+
     def __init__(self, fn: Callable[[Outputs, Outputs], float], name: str = "task_metric",
                  higher_is_better: bool = True) -> None:
         self.fn = fn
@@ -213,6 +247,8 @@ class ModelFunction(TaskMetric):
     """
 
     needs_model = True
+
+    identity_attrs = ("fn",)
 
     def __init__(self, fn: Callable[[Path], float], name: str = "task_metric",
                  higher_is_better: bool = True) -> None:
@@ -260,6 +296,12 @@ class CommandMetric(TaskMetric):
         self.timeout = timeout
         self.cwd = cwd
         self.name = os.path.basename(argv[0]) if len(argv) == 1 else "command"
+
+    def identity(self) -> str:
+        """The direction, the argument vector and the absolute working directory it runs in."""
+        cwd = os.path.abspath(self.cwd if self.cwd is not None else os.getcwd())
+        return "|".join([f"{type(self).__module__}.{type(self).__qualname__}", self.describe(),
+                         f"argv={list(self.argv)!r}", f"cwd={cwd!r}"])
 
     def from_model(self, path: Path) -> float:
         """Runs the command on ``path`` and parses its last printed line.
