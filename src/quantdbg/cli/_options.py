@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.data import as_model_data
+from quantdbg.data import as_model_data, read_npz
 from quantdbg.errors import ConfigError, DataError, ModelError
 from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, Top1Agreement
 from quantdbg.model import as_loaded, quantized_nodes
@@ -89,14 +88,10 @@ def task_metric(args: argparse.Namespace) -> Any:
 
 
 def _labels(path: str, key: str) -> Any:
-    import numpy as np
-
-    if not Path(path).is_file():
-        raise DataError(f"Data file {path!r} does not exist.")
-    with np.load(path, allow_pickle=False) as npz:
-        if key not in npz.files:
-            raise DataError(f"--labels {key!r}: {path!r} has no such array (it holds {sorted(npz.files)}).")
-        return npz[key]
+    try:
+        return read_npz(path, [key])[key]
+    except DataError as err:
+        raise DataError(f"--labels {key!r}: {err}") from err
 
 
 def eval_data(args: argparse.Namespace, fp_model: Any) -> Any:
