@@ -254,7 +254,11 @@ def read_scales_json(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
         raise DataError(f"Scales file {str(path)!r}: expected an object of tensor name -> entry.")
     for name, entry in data.items():
         scale = entry.get("scale") if isinstance(entry, dict) else None
-        if not isinstance(scale, (int, float)) or not scale > 0:
-            raise DataError(f"Scales file {str(path)!r}: tensor {name!r} needs a positive 'scale', "
-                            f"found {entry!r}.")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+            raise DataError(f"Scales file {str(path)!r}: tensor {name!r} needs a finite positive 'scale', "
+                            f"found {entry!r:.120}.")
+        method = entry.get("method")
+        if method is not None and not isinstance(method, str):
+            raise DataError(f"Scales file {str(path)!r}: tensor {name!r}: field 'method' must be a "
+                            f"calibrator name or null, found {method!r:.60}.")
     return data
