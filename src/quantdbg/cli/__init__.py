@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from quantdbg.cli._signals import Stopped, stop_on_signals
+from quantdbg.cli._signals import message as stopped_message
 from quantdbg.errors import QuantDbgError
 
 # Modules of this package that define subcommands, in the order `--help` lists them.
@@ -49,10 +51,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        with stop_on_signals():
+            return int(args.func(args) or 0)
     except QuantDbgError as err:
         sys.stderr.write(f"quantdbg {args.command}: error: {err}\n")
         return 2
+    except Stopped as stop:  # SIGINT / SIGTERM: one line, status 130 / 143
+        sys.stderr.write(stopped_message(stop, args.command))
+        return stop.status
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ def run_analyze(args: argparse.Namespace) -> int:
     check_paths(inputs_of(args), {"--out": args.out})
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
-    fp_model, qmodel = load_models(args)
     metric = task_metric(args)
+    _check_metric_mode(args)
+    fp_model, qmodel = load_models(args)
     data = eval_data(args, fp_model)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
@@ -56,6 +57,15 @@ def run_analyze(args: argparse.Namespace) -> int:
         os.unlink(partial)
     _print_ranking(report)
     return 0
+
+
+def _check_metric_mode(args: argparse.Namespace) -> None:
+    """--evaluate and --labels score whole model variants; local and cumulative rank by output error
+    and never call them, so giving one there would be silently ignored."""
+    given = "--evaluate" if args.evaluate else "--labels" if args.labels else None
+    if given and args.mode not in ("isolated", "leave-one-out"):
+        raise ConfigError(f"{given} scores whole model variants, which --mode {args.mode} does not make (it "
+                          "ranks layers by output error); add --mode isolated or --mode leave-one-out.")
 
 
 def _print_ranking(report: Any, top: int = 10) -> None:

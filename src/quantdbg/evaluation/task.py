@@ -11,10 +11,14 @@ Two kinds exist, and the analysis treats them differently because of cost:
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -274,7 +278,8 @@ class CommandMetric(TaskMetric):
         cwd: Working directory of the command (None: the current one).
 
     Raises:
-        ConfigError: The command is empty, cannot be split, or lacks ``{model}``.
+        ConfigError: The command is empty, cannot be split, lacks ``{model}``, or names a program
+            path that is a folder or not executable.
     """
 
     needs_model = True
@@ -290,6 +295,7 @@ class CommandMetric(TaskMetric):
         if not any(MODEL_PLACEHOLDER in arg for arg in argv):
             raise ConfigError(f"The evaluation command {command!r} does not contain {{model}}; put "
                               "{model} where the model path goes, e.g. 'python eval.py {model}'.")
+        _check_program(argv[0], cwd, command)
         self.command = command
         self.argv: Sequence[str] = argv
         self.higher_is_better = higher_is_better
@@ -312,11 +318,14 @@ class CommandMetric(TaskMetric):
         """
         argv = [arg.replace(MODEL_PLACEHOLDER, str(path)) for arg in self.argv]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                                  cwd=self.cwd, check=False)
+            done = run_in_own_group(argv, self.timeout, self.cwd)
         except FileNotFoundError as err:
             raise BackendError(f"Evaluation command {self.command!r}: program {argv[0]!r} "
                                "not found.") from err
+        except PermissionError as err:
+            raise BackendError(f"Evaluation command {self.command!r}: {argv[0]!r} is not executable; "
+                               f"make it executable (chmod +x) or run it through its interpreter, e.g. "
+                               f"'python {argv[0]} {{model}}'.") from err
         except subprocess.TimeoutExpired as err:
             raise BackendError(f"Evaluation command {self.command!r} timed out after "
                                f"{self.timeout} s.") from err
@@ -325,6 +334,52 @@ class CommandMetric(TaskMetric):
             raise BackendError(f"Evaluation command {self.command!r} exited with status {done.returncode}: "
                                f"{tail}")
         return parse_metric_line(done.stdout, self.command)
+
+
+def _check_program(program: str, cwd: str | os.PathLike | None, command: str) -> None:
+    """Refuses, before any work, a program given as a path that is a folder or not executable."""
+    if os.sep not in program:
+        return  # looked up on PATH when it runs
+    path = Path(cwd or ".") / program
+    if path.is_dir() or (path.exists() and not os.access(path, os.X_OK)):
+        raise ConfigError(f"Evaluation command {command!r}: {program!r} is not an executable file; make "
+                          f"it executable (chmod +x) or run it through its interpreter, e.g. "
+                          f"'python {program} {{model}}'.")
+
+
+def run_in_own_group(argv: Sequence[str], timeout: float | None,
+                     cwd: str | os.PathLike | None) -> subprocess.CompletedProcess[str]:
+    """Runs ``argv`` in a process group of its own and kills the whole group when the wait ends
+    early (a timeout, Ctrl-C, SIGTERM): nothing the command started outlives the run. On Linux the
+    command also dies with this process, should it be killed outright (SIGKILL).
+
+    Raises:
+        subprocess.TimeoutExpired: ``timeout`` passed (the group is killed first).
+        OSError: The program cannot be started.
+    """
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                               start_new_session=True, preexec_fn=_die_with_parent())
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux to SIGKILL the child when this process dies (None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the hook itself only makes one call
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+
+    def hook() -> None:
+        libc.prctl(set_parent_death_signal, int(signal.SIGKILL))
+
+    return hook
 
 
 def _last_line(text: str) -> str:
