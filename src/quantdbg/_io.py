@@ -92,7 +92,8 @@ def commit_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | No
         The stand-in paths, in the order of ``paths``.
 
     Raises:
-        ConfigError: A destination folder does not exist.
+        ConfigError: A destination folder does not exist, or writing failed (nothing was moved
+            into place when the failure came while writing).
     """
     stages: list[Path] = []
     try:
@@ -106,10 +107,14 @@ def commit_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | No
                 raise ConfigError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
             stages.append(Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)))
             targets.append(stages[-1] / dest.name)
-        yield targets
-        for stage in stages:
-            for item in sorted(stage.iterdir()):
-                os.replace(item, stage.parent / item.name)
+        try:
+            yield targets
+            for stage in stages:
+                for item in sorted(stage.iterdir()):
+                    os.replace(item, stage.parent / item.name)
+        except OSError as err:  # a full disk, a folder made read-only meanwhile: one line, not a traceback
+            raise ConfigError(f"Cannot write {', '.join(repr(str(p)) for p in paths if p is not None)}: "
+                              f"{err.strerror or err}; nothing was written.") from err
     finally:
         for stage in stages:
             shutil.rmtree(stage, ignore_errors=True)

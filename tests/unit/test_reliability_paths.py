@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
+import quantdbg.cli.calibrate as calibrate
 from quantdbg._io import commit_together
 from quantdbg.cli import main
 
@@ -134,3 +135,16 @@ def test_commit_together_publishes_all_or_nothing(tmp_path):
         plan.write_text("{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data", "plan.json"]
     assert (tmp_path / "model.onnx").read_bytes() == b"new model"
+
+
+def test_a_write_failure_leaves_neither_the_model_nor_its_cache(folder, capsys, tmp_path, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(calibrate, "write_trt_cache", full_disk)
+    out, cache = tmp_path / "q.onnx", tmp_path / "c.cache"
+    assert main(["calibrate", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--out", str(out),
+                 "--cache", str(cache), "--no-progress"]) == 2
+    assert capsys.readouterr().err == (f"quantdbg calibrate: error: Cannot write {str(out)!r}, "
+                                       f"{str(cache)!r}: No space left on device; nothing was written.\n")
+    assert list(tmp_path.iterdir()) == []
