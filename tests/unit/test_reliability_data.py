@@ -11,8 +11,10 @@ import onnx
 import pytest
 
 from quantdbg.cli import main
+from quantdbg.config import CalibConfig
 from quantdbg.data import load_npz, read_npz
-from quantdbg.errors import DataError
+from quantdbg.errors import DataError, QuantDbgWarning
+from quantdbg.qdq import quantize
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +115,13 @@ def test_read_npz_reads_what_savez_wrote(tmp_path, rng):
     assert list(read) == ["a", "b"] and all(np.array_equal(read[k], arrays[k]) for k in arrays)
     with pytest.raises(DataError, match=r"does not exist\.$"):
         read_npz(tmp_path / "absent.npz")
+
+
+def test_all_zero_activations_are_named_with_what_the_engine_does(tmp_path):
+    with pytest.warns(QuantDbgWarning) as caught:
+        quantize(ms.mlp4(), {"x": np.zeros((8, 16), np.float32)}, CalibConfig("minmax"))
+    messages = sorted(str(w.message) for w in caught if issubclass(w.category, QuantDbgWarning))
+    assert messages[0] == ("Tensor 'act0' had only zeros during calibration; it gets the range +-1 (scale "
+                           "1/127): zeros stay exact in INT8, and the engine clips any value beyond +-1 at "
+                           "run time. Check that the calibration data exercises it.")
+    assert [m.split("'")[1] for m in messages] == ["act0", "act1", "act2", "x"]
