@@ -7,6 +7,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import models_sensitivity as ms
@@ -14,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
+import quantdbg.evaluation.task as task
 from quantdbg.cli import main
 from quantdbg.errors import BackendError, ConfigError
 from quantdbg.evaluation import CommandMetric
@@ -66,11 +68,14 @@ def _start_hanging(folder, argv, env, call):
 
 
 def _gone(pid, wait=10.0):
+    """True once ``pid`` has stopped (gone, or killed and waiting to be reaped: state Z)."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
             return True
         time.sleep(0.05)
     return False
@@ -97,12 +102,18 @@ def test_a_signal_stops_the_run_in_one_line_and_the_next_run_resumes(job, signum
     assert not (folder / "r.json.partial").exists() and (folder / "r.json").is_file()
 
 
-def test_a_killed_run_takes_its_evaluation_command_with_it(job):
+def test_a_killed_run_takes_its_evaluator_along_and_the_next_run_clears_its_folder(job, monkeypatch):
     folder, argv, env = job
     process, child = _start_hanging(folder, argv, env, call=1)
     process.kill()
     process.communicate(timeout=60)
     assert _gone(child)
+    left = list((folder / "tmp").iterdir())
+    assert [p.name.startswith(f"quantdbg-eval-{process.pid}-") for p in left] == [True]
+    (folder / "tmp" / "quantdbg-eval-1-keep").mkdir()  # pid 1 runs: its folder stays
+    monkeypatch.setattr(tempfile, "tempdir", str(folder / "tmp"))
+    task._remove_stale_folders.__wrapped__()
+    assert [p.name for p in (folder / "tmp").iterdir()] == ["quantdbg-eval-1-keep"]
 
 
 def test_a_non_executable_evaluate_file_is_refused_up_front(tmp_path):

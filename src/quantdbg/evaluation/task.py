@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,7 +81,8 @@ class TaskMetric:
 
     def evaluate_model(self, model: onnx.ModelProto) -> float:
         """Writes ``model`` to a temporary folder and scores it with :meth:`from_model`."""
-        with tempfile.TemporaryDirectory(prefix="quantdbg-eval-") as tmp:
+        _remove_stale_folders()
+        with tempfile.TemporaryDirectory(prefix=f"{_EVAL_PREFIX}{os.getpid()}-") as tmp:
             path = save_model(model, Path(tmp) / "model.onnx")
             return self.from_model(path)
 
@@ -97,6 +100,29 @@ class TaskMetric:
         parts = [f"{type(self).__module__}.{type(self).__qualname__}", self.describe()]
         parts += [f"{key}={_identity_of(getattr(self, key, None))}" for key in self.identity_attrs]
         return "|".join(parts)
+
+
+_EVAL_PREFIX = "quantdbg-eval-"
+
+
+@functools.cache
+def _remove_stale_folders() -> None:
+    """Removes the evaluation folders of runs that were killed outright (SIGKILL gives no chance to
+    clean up); a folder's name carries its process id, and only folders of dead processes go."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_EVAL_PREFIX}*-*"):
+        pid = folder.name[len(_EVAL_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _identity_of(value: Any) -> str:
