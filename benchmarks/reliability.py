@@ -130,6 +130,7 @@ def _bad_inputs(work: Path) -> None:
 
 def run_cli_cases(work: Path) -> list[tuple[str, ...]]:
     rows = []
+    pristine = {p.name: p.read_bytes() for p in work.iterdir() if p.is_file() and not p.is_symlink()}
     for issue, case, command in CLI_CASES:
         before = _state(work)
         status, line = _cli(work, command)
@@ -140,6 +141,8 @@ def run_cli_cases(work: Path) -> list[tuple[str, ...]]:
                      ", ".join(changed) or "none", ", ".join(new) or "none"))
         for name in new:
             (work / name).unlink()
+        for name in (n for n in changed if n in pristine):  # an overwritten input is restored
+            (work / name).write_bytes(pristine[name])
     return rows
 
 
@@ -153,18 +156,22 @@ def run_signal_cases(work: Path) -> list[tuple[str, ...]]:
                 "eval.npz", "--mode", "isolated", "--no-evidence", "--evaluate", command, "--out", "s.json"]
         process = subprocess.Popen(argv, cwd=work, env={**os.environ, "TMPDIR": str(tmp)}, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        while not (work / "pid").exists() or not (work / "pid").read_text():
+        while (not (work / "pid").exists() or not (work / "pid").read_text()) and process.poll() is None:
             time.sleep(0.05)
+        if process.poll() is not None:
+            raise RuntimeError(f"analyze ended before its evaluation started: {process.communicate()[1]}")
         child = int((work / "pid").read_text())
         process.send_signal(signum)
-        _, err = process.communicate(timeout=120)
+        process.wait(timeout=120)
         time.sleep(1.0)
         alive = _alive(child)
+        if alive:
+            os.kill(child, signal.SIGKILL)  # it holds the pipes open
+        err = process.stderr.read()
+        process.communicate()
         rows.append(("7", f"{signal.Signals(signum).name} during --evaluate", str(process.returncode),
                      (err.strip().splitlines() or [""])[-1], "child killed" if not alive else "CHILD ALIVE",
                      f"{len(list(tmp.iterdir()))} temp folder(s) left"))
-        if alive:
-            os.kill(child, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
 
