@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
 
 
 @contextlib.contextmanager
-def commit_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | None]]:
+def commit_together(paths: Mapping[str, str | os.PathLike | None]) -> Iterator[dict[str, Path]]:
     """Yields a stand-in path for each destination; once the block succeeds all are moved into place.
 
     Each stand-in has its destination's file name, inside a private folder beside the destination,
@@ -86,34 +86,31 @@ def commit_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | No
     destination changed: never a model without its plan or cache.
 
     Args:
-        paths: Destinations; None entries yield None (nothing to write).
+        paths: Name -> destination; None entries are left out (nothing to write).
 
     Yields:
-        The stand-in paths, in the order of ``paths``.
+        Name -> stand-in path, for the destinations given.
 
     Raises:
         ConfigError: A destination folder does not exist, or writing failed (nothing was moved
             into place when the failure came while writing).
     """
+    given = {name: Path(path) for name, path in paths.items() if path is not None}
     stages: list[Path] = []
     try:
-        targets: list[Path | None] = []
-        for path in paths:
-            if path is None:
-                targets.append(None)
-                continue
-            dest = Path(path)
+        targets: dict[str, Path] = {}
+        for name, dest in given.items():
             if not dest.parent.is_dir():
                 raise ConfigError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
             stages.append(Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)))
-            targets.append(stages[-1] / dest.name)
+            targets[name] = stages[-1] / dest.name
         try:
             yield targets
             for stage in stages:
                 for item in sorted(stage.iterdir()):
                     os.replace(item, stage.parent / item.name)
         except OSError as err:  # a full disk, a folder made read-only meanwhile: one line, not a traceback
-            raise ConfigError(f"Cannot write {', '.join(repr(str(p)) for p in paths if p is not None)}: "
+            raise ConfigError(f"Cannot write {', '.join(repr(str(p)) for p in given.values())}: "
                               f"{err.strerror or err}; nothing was written.") from err
     finally:
         for stage in stages:

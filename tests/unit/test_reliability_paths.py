@@ -122,17 +122,20 @@ def test_a_read_only_folder_is_refused_before_any_work(folder, capsys, tmp_path)
 def test_commit_together_publishes_all_or_nothing(tmp_path):
     (tmp_path / "model.onnx").write_bytes(b"old model")
     with pytest.raises(RuntimeError, match="disk full"):
-        with commit_together(tmp_path / "model.onnx", None, tmp_path / "plan.json") as (model, none, plan):
-            assert none is None and model.name == "model.onnx" and model.parent != tmp_path
+        with commit_together({"model": tmp_path / "model.onnx", "cache": None,
+                              "plan": tmp_path / "plan.json"}) as staged:
+            model = staged["model"]
+            assert list(staged) == ["model", "plan"]
+            assert model.name == "model.onnx" and model.parent != tmp_path
             model.write_bytes(b"new model")
             (model.parent / "model.onnx.data").write_bytes(b"weights")
             raise RuntimeError("disk full")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
     assert (tmp_path / "model.onnx").read_bytes() == b"old model"
-    with commit_together(tmp_path / "model.onnx", tmp_path / "plan.json") as (model, plan):
-        model.write_bytes(b"new model")
-        (model.parent / "model.onnx.data").write_bytes(b"weights")
-        plan.write_text("{}")
+    with commit_together({"model": tmp_path / "model.onnx", "plan": tmp_path / "plan.json"}) as staged:
+        staged["model"].write_bytes(b"new model")
+        (staged["model"].parent / "model.onnx.data").write_bytes(b"weights")
+        staged["plan"].write_text("{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data", "plan.json"]
     assert (tmp_path / "model.onnx").read_bytes() == b"new model"
 

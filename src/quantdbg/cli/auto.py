@@ -124,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
             os.unlink(resume)
         raise
     assert result.model is not None  # a run always ends with a model
-    with commit_together(args.out, args.plan, args.html) as (out, plan, html):
-        result.model.save(out)  # the model, its plan and report appear together or not at all
-        result.write(plan)
-        if html is not None:
-            write_report(result, html=html)
+    with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
+        result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
+        result.write(staged["plan"])
+        if "html" in staged:
+            write_report(result, html=staged["html"])
     if args.resume is None and resume.exists():
         os.unlink(resume)
     _print(result)

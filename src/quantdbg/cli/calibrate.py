@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     qmodel = quantize(args.model, args.data, calib, QuantConfig(exclude=tuple(args.exclude)),
                       batch_size=args.batch_size, progress=not args.no_progress)
-    with commit_together(outputs["out"], outputs.get("cache"), outputs.get("scales")) as (out, cache, scales):
-        qmodel.save(out)  # the model, its cache and scales appear together or not at all
-        _write_scales(qmodel, calib, cache, scales)
+    with commit_together(outputs) as staged:
+        qmodel.save(staged["out"])  # the model, its cache and scales appear together or not at all
+        _write_scales(qmodel, calib, staged.get("cache"), staged.get("scales"))
     written = [str(p) for p in outputs.values()]
     result = qmodel.calibration
     assert result is not None  # quantize() always attaches its calibration

@@ -78,10 +78,10 @@ def run_fallback(args: argparse.Namespace) -> int:
         result.plan.write(args.plan)
         sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
         return 2
-    with commit_together(args.out, args.plan) as (out, plan_path):
-        result.mixed.save(out)  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, staged=out)
-        plan.write(plan_path)
+    with commit_together({"out": args.out, "plan": args.plan}) as staged:
+        result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
+        plan = result.plan.with_build(args.out, data, staged=staged["out"])
+        plan.write(staged["plan"])
     _print_plan(plan)
     if plan.status != "met":
         sys.stderr.write(f"quantdbg fallback: error: {plan.message}\n")
