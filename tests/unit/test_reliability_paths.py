@@ -16,6 +16,7 @@ import pytest
 import quantdbg.cli.calibrate as calibrate
 from quantdbg._io import commit_together
 from quantdbg.cli import main
+from quantdbg.fallback import FallbackPlan
 
 NEVER = "choose another output path (inputs are never overwritten)."
 
@@ -150,4 +151,17 @@ def test_a_write_failure_leaves_neither_the_model_nor_its_cache(folder, capsys, 
                  "--cache", str(cache), "--no-progress"]) == 2
     assert capsys.readouterr().err == (f"quantdbg calibrate: error: Cannot write {str(out)!r}, "
                                        f"{str(cache)!r}: No space left on device; nothing was written.\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plan_that_cannot_be_written_leaves_no_mixed_model(folder, capsys, tmp_path, monkeypatch):
+    def full_disk(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FallbackPlan, "write", full_disk)
+    out, plan = tmp_path / "mixed.onnx", tmp_path / "plan.json"
+    assert main(["fallback", str(folder / "q.onnx"), "--fp32", str(folder / "m.onnx"), "--eval",
+                 str(folder / "eval.npz"), "--min-sqnr", "30", "--out", str(out), "--plan", str(plan)]) == 2
+    assert capsys.readouterr().err == (f"quantdbg fallback: error: Cannot write {str(out)!r}, {str(plan)!r}: "
+                                       "No space left on device; nothing was written.\n")
     assert list(tmp_path.iterdir()) == []
