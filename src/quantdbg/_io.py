@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,44 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Writes ``obj`` as indented, key-sorted JSON atomically."""
     return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def commit_together(paths: Mapping[str, str | os.PathLike | None]) -> Iterator[dict[str, Path]]:
+    """Yields a stand-in path for each destination; once the block succeeds all are moved into place.
+
+    Each stand-in has its destination's file name, inside a private folder beside the destination,
+    so whatever a writer puts next to it (external weight data) moves along. Every file is finished
+    before the first rename, so a failure while writing (a full disk, an exception) leaves no
+    destination changed: never a model without its plan or cache.
+
+    Args:
+        paths: Name -> destination; None entries are left out (nothing to write).
+
+    Yields:
+        Name -> stand-in path, for the destinations given.
+
+    Raises:
+        ConfigError: A destination folder does not exist, or writing failed (nothing was moved
+            into place when the failure came while writing).
+    """
+    given = {name: Path(path) for name, path in paths.items() if path is not None}
+    stages: list[Path] = []
+    try:
+        targets: dict[str, Path] = {}
+        for name, dest in given.items():
+            if not dest.parent.is_dir():
+                raise ConfigError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
+            stages.append(Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)))
+            targets[name] = stages[-1] / dest.name
+        try:
+            yield targets
+            for stage in stages:
+                for item in sorted(stage.iterdir()):
+                    os.replace(item, stage.parent / item.name)
+        except OSError as err:  # a full disk, a folder made read-only meanwhile: one line, not a traceback
+            raise ConfigError(f"Cannot write {', '.join(repr(str(p)) for p in given.values())}: "
+                              f"{err.strerror or err}; nothing was written.") from err
+    finally:
+        for stage in stages:
+            shutil.rmtree(stage, ignore_errors=True)

@@ -12,8 +12,11 @@ batch axis at all gets one sample per feed, without the sample axis the data car
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
+import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +83,7 @@ class ArrayData:
             raise DataError(f"Inputs disagree on the number of samples (axis 0): {lengths}. "
                             "Every input needs one entry per sample.")
         if next(iter(lengths.values())) == 0:
-            raise DataError("The calibration arrays hold no samples (axis 0 has length 0).")
+            raise DataError("The data arrays hold no samples (axis 0 has length 0).")
         if self.batch_size is not None and self.batch_size < 1:
             raise DataError(f"batch_size must be >= 1, got {self.batch_size}.")
 
@@ -207,22 +210,86 @@ def load_npz(path: str | os.PathLike, batch_size: int | None = DEFAULT_BATCH_SIZ
         The arrays as :class:`ArrayData`.
 
     Raises:
-        DataError: The file is missing, unreadable, holds pickled objects, or lacks an input.
+        DataError: The file is missing, unreadable, holds pickled objects, holds no samples, or
+            lacks an input.
+    """
+    arrays = read_npz(path, inputs)
+    empty = [name for name, array in arrays.items() if array.ndim == 0 or array.shape[0] == 0]
+    if arrays and len(empty) == len(arrays):
+        raise DataError(f"{str(path)!r} holds no samples (axis 0 of {empty[0]!r} has length 0); save at "
+                        "least one sample per input.")
+    return ArrayData(arrays, batch_size, limit)
+
+
+# The most a deflate stream expands (RFC 1951's limit is about 1032:1); a member claiming more is
+# forged, and is refused before anything is allocated.
+_MAX_DEFLATE_RATIO = 1100
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npz(path: str | os.PathLike, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Reads arrays of an ``.npz`` without pickle, checking every declared size against the file first.
+
+    Args:
+        path: The file.
+        keys: The arrays to read (None: all).
+
+    Returns:
+        Name -> array, in the order of ``keys`` (or of the file).
+
+    Raises:
+        DataError: The file is missing, empty, a lone ``.npy``, not a zip, holds no arrays or
+            object arrays, declares more data than it holds, or lacks one of ``keys``.
     """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"Data file {str(path)!r} does not exist.")
+    where = repr(str(path))
+    with path.open("rb") as head:
+        magic = head.read(len(_NPY_MAGIC))
+    if not magic:
+        raise DataError(f"Data file {where} is empty; save the arrays with numpy.savez(path, name=array).")
+    if magic == _NPY_MAGIC:
+        raise DataError(f"Data file {where} is a single .npy array, not an .npz; save it with "
+                        "numpy.savez(path, input_name=array), one array per model input.")
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            keys = list(npz.files) if inputs is None else list(inputs)
-            missing = [k for k in keys if k not in npz.files]
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename[:-4]: info for info in archive.infolist()
+                       if info.filename.endswith(".npy")}
+            if not members:
+                raise DataError(f"Data file {where} holds no arrays; save one array per model input.")
+            wanted = list(members) if keys is None else list(keys)
+            missing = [k for k in wanted if k not in members]
             if missing:
-                raise DataError(f"{str(path)!r} has no array named {missing[0]!r} (it holds "
-                                f"{sorted(npz.files)}); save one array per model input under its name.")
-            arrays = {k: npz[k] for k in keys}
-    except (OSError, ValueError) as err:
-        raise DataError(f"Cannot read {str(path)!r} as .npz without pickle: {err}") from err
-    return ArrayData(arrays, batch_size, limit)
+                raise DataError(f"{where} has no array named {missing[0]!r} (it holds {sorted(members)}); "
+                                "save one array per model input under its name.")
+            for key in wanted:
+                _check_member(archive, members[key], key, where)
+        with np.load(path, allow_pickle=False) as npz:
+            return {k: npz[k] for k in wanted}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        if isinstance(err, DataError):
+            raise
+        raise DataError(f"Cannot read {where} as .npz without pickle: {err}") from err
+
+
+def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, where: str) -> None:
+    """Refuses object arrays and declared sizes the member cannot hold, before np.load allocates."""
+    with archive.open(info) as member:
+        version = np.lib.format.read_magic(member)
+        fmt = np.lib.format
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(member)
+        header = member.tell()
+    if dtype.hasobject:
+        raise DataError(f"{where}: array {key!r} holds Python objects (dtype {dtype}), which are never "
+                        "unpickled; save numeric arrays.")
+    declared = math.prod(shape) * dtype.itemsize
+    expands = info.compress_type != zipfile.ZIP_STORED and info.file_size > _MAX_DEFLATE_RATIO * (
+        info.compress_size + 1)
+    if declared > info.file_size - header or expands:
+        raise DataError(f"{where}: array {key!r} declares shape {tuple(shape)} of {dtype} ({declared} "
+                        "bytes), more than the file holds; the file is truncated or corrupt.")
 
 
 def as_data(source: DataSource, batch_size: int | None = DEFAULT_BATCH_SIZE,

@@ -74,8 +74,9 @@ def test_a_file_of_another_run_or_format_is_refused(tmp_path):
     Journal(path, "one").evaluation("a", Counter(1.0))
     with pytest.raises(ConfigError) as err:
         Journal.open(path, "two")
-    assert str(err.value) == (f"Resume file {str(path)!r} belongs to another run (other model, data, metric, "
-                              "target or settings); delete it or choose another resume file.")
+    assert str(err.value) == (f"Resume file {str(path)!r} belongs to another run: it was written by another "
+                              "version of quantdbg or another kind of run; delete it to start afresh, or "
+                              "choose another resume file.")
     path.write_text(json.dumps({"format": "quantdbg.sensitivity/1", "fingerprint": "one"}))
     with pytest.raises(FormatError, match=r"^Cannot resume: .*not a valid quantdbg.auto-progress/1 document: "
                                           r"format is 'quantdbg.sensitivity/1'.* Or delete the file.$"):

@@ -109,7 +109,7 @@ def test_scales_json_round_trip(tmp_path):
 def test_scales_json_errors(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"x": {"amax": 1.0}}')
-    with pytest.raises(DataError, match="tensor 'x' needs a positive 'scale'"):
+    with pytest.raises(DataError, match="tensor 'x' needs a finite positive 'scale'"):
         cache.read_scales_json(bad)
     bad.write_text("[1, 2")
     with pytest.raises(DataError, match="Cannot read scales file"):

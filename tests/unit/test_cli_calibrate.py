@@ -105,8 +105,8 @@ def test_bad_paths_give_one_line_and_status_2(files, tmp_path, capsys):
         ([str(model_path), "--data", str(tmp_path / "nope.npz"), "--out", str(tmp_path / "o.onnx")],
          f"Data file {str(tmp_path / 'nope.npz')!r} does not exist."),
         ([str(model_path), "--data", str(data_path), "--out", str(model_path)],
-         f"--out {str(model_path)!r} is the input model; choose another path (the input model is never "
-         "modified)."),
+         f"--out {str(model_path)!r} is the input MODEL; choose another output path (inputs are never "
+         "overwritten)."),
         ([str(model_path), "--data", str(data_path), "--out", str(tmp_path / "no" / "o.onnx")],
          f"--out {str(tmp_path / 'no' / 'o.onnx')!r}: folder {str(tmp_path / 'no')!r} does not exist."),
     ]

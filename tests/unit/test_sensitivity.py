@@ -185,8 +185,8 @@ def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
                                         runner_factory=ONE_THREAD, results_path=path)
     assert with_evidence.ranking == resumed.ranking  # evidence added to the finished sweep, not redone
     assert all(layer.evidence is not None for layer in SensitivityReport.read(path).layers)
-    with pytest.raises(ConfigError, match=r"belongs to another analysis \(other models, data, mode or "
-                                          r"metric\); delete it or choose another results path\.$"):
+    with pytest.raises(ConfigError, match=r"belongs to another analysis: the mode differs; delete it to "
+                                          r"start afresh, or choose another results path\.$"):
         _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
                             runner_factory=ONE_THREAD, results_path=path, evidence=False)
 

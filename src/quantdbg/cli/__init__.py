@@ -17,6 +17,8 @@ from typing import NoReturn
 from quantdbg._progress import close_bars
 from quantdbg._version import __version__
 from quantdbg.cli._options import add_common_options, log_level
+from quantdbg.cli._signals import Stopped, stop_on_signals
+from quantdbg.cli._signals import message as stopped_message
 from quantdbg.errors import QuantDbgError
 
 # Modules of this package that define subcommands, in the order `--help` lists them.
@@ -95,11 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=log_level(args), format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        with stop_on_signals():
+            return int(args.func(args) or 0)
     except QuantDbgError as err:
         close_bars()  # the error gets a line of its own, not the tail of a bar
         sys.stderr.write(f"quantdbg {args.command}: error: {err}\n")
         return 2
+    except Stopped as stop:  # SIGINT / SIGTERM: one line, status 130 / 143
+        close_bars()
+        sys.stderr.write(stopped_message(stop, args.command))
+        return stop.status
 
 
 if __name__ == "__main__":

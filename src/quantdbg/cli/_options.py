@@ -1,5 +1,6 @@
-"""What several subcommands share: output-path checks, the model / data / metric options of
-``analyze`` and ``fallback`` with the API objects they turn into, and where the work runs (``--ray``)."""
+"""What several subcommands share: the model / data / metric options of ``analyze`` and ``fallback``
+with the API objects they turn into, the options every subcommand takes, and where the work runs
+(``--ray``)."""
 from __future__ import annotations
 
 import argparse
@@ -8,11 +9,10 @@ import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, QuantConfig
-from quantdbg.data import as_model_data
+from quantdbg.data import as_model_data, read_npz
 from quantdbg.diagnostics import FAIL_ON, FAIL_ON_SHOWN
 from quantdbg.errors import ConfigError, DataError, ModelError
 from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, Top1Agreement
@@ -24,30 +24,6 @@ TOP1 = "top1"
 """The ``--metric`` choice for top-1 agreement with FP32 (:class:`~quantdbg.evaluation.Top1Agreement`)."""
 READY_METRICS: tuple[str, ...] = (*METRIC_NAMES, TOP1)
 """``--metric`` choices: every output metric of :mod:`quantdbg.evaluation`, then top-1 agreement."""
-
-
-def check_out(path: str, flag: str) -> None:
-    """Fails before any work when the folder of output ``path`` (given with ``flag``) does not exist.
-
-    Raises:
-        ConfigError: The folder does not exist.
-    """
-    folder = Path(path).resolve().parent
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path!r}: folder {str(folder)!r} does not exist.")
-
-
-def check_outputs(*paths: str | None) -> None:
-    """Fails before any work when an output's folder does not exist (None entries are skipped).
-
-    Raises:
-        ConfigError: A folder does not exist.
-    """
-    for path in paths:
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            raise ConfigError(
-                f"Cannot write {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist."
-            )
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -161,14 +137,10 @@ def task_metric(args: argparse.Namespace) -> Any:
 
 
 def _labels(path: str, key: str) -> Any:
-    import numpy as np
-
-    if not Path(path).is_file():
-        raise DataError(f"Data file {path!r} does not exist.")
-    with np.load(path, allow_pickle=False) as npz:
-        if key not in npz.files:
-            raise DataError(f"--labels {key!r}: {path!r} has no such array (it holds {sorted(npz.files)}).")
-        return npz[key]
+    try:
+        return read_npz(path, [key])[key]
+    except DataError as err:
+        raise DataError(f"--labels {key!r}: {err}") from err
 
 
 def eval_data(args: argparse.Namespace, fp_model: Any) -> Any:

@@ -15,13 +15,13 @@ from typing import Any
 from quantdbg.cli._options import (
     add_model_options,
     add_out_option,
-    check_out,
     eval_data,
     executor,
     load_models,
     show_progress,
     task_metric,
 )
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
@@ -49,11 +49,12 @@ def run_analyze(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_out(args.out, "--out")
+    check_paths(inputs_of(args), {"--out": args.out})
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
-    fp_model, qmodel = load_models(args)
     metric = task_metric(args)
+    _check_metric_mode(args)
+    fp_model, qmodel = load_models(args)
     data = eval_data(args, fp_model)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
@@ -64,6 +65,14 @@ def run_analyze(args: argparse.Namespace) -> int:
         os.unlink(partial)
     _print_ranking(report)
     return 0
+
+
+def _check_metric_mode(args: argparse.Namespace) -> None:
+    """--evaluate scores model files; local and cumulative make none (their output-space ranking
+    scores in the session, with --labels or the outputs' SQNR), so it would be silently ignored."""
+    if args.evaluate and args.mode not in ("isolated", "leave-one-out"):
+        raise ConfigError(f"--evaluate scores whole model variants, which --mode {args.mode} does not make "
+                          "(it ranks layers by output error); add --mode isolated or --mode leave-one-out.")
 
 
 def _print_ranking(report: Any, top: int = 10) -> None:

@@ -15,6 +15,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from quantdbg._io import commit_together
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli._options import (
     READY_METRICS,
@@ -22,7 +23,6 @@ from quantdbg.cli._options import (
     add_execution_options,
     add_out_option,
     add_quant_options,
-    check_out,
     eval_data,
     executor,
     on_executor,
@@ -30,6 +30,7 @@ from quantdbg.cli._options import (
     show_progress,
     task_metric,
 )
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -121,10 +122,8 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    outputs = (args.out, "--out"), (args.plan, "--plan"), (args.html, "--html"), (args.resume, "--resume")
-    for path, flag in outputs:
-        if path is not None:
-            check_out(path, flag)
+    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "--html": args.html,
+                                  "--resume": args.resume or f"{args.plan}.partial"})
     metric = task_metric(args)
     resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
     config = _config(args, resume)
@@ -141,13 +140,14 @@ def run(args: argparse.Namespace) -> int:
             os.unlink(resume)
         raise
     assert result.model is not None  # a run always ends with a model
-    result.model.save(args.out)
-    if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
-        result = replace(result, plan=result.plan.with_build(args.out, source=args.model,
-                                                             calibration_data=args.data))
-    result.write(args.plan)
-    if args.html is not None:
-        write_report(result, html=args.html)
+    with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
+        result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
+        if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
+            result = replace(result, plan=result.plan.with_build(
+                args.out, source=args.model, calibration_data=args.data, staged=staged["out"]))
+        result.write(staged["plan"])
+        if "html" in staged:
+            write_report(result, html=staged["html"])
     if args.resume is None and resume.exists():
         os.unlink(resume)
     _print(result)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from quantdbg._io import commit_together
 from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
 from quantdbg.cli._options import (
     add_data_option,
@@ -18,6 +19,7 @@ from quantdbg.cli._options import (
     quant_config,
     show_progress,
 )
+from quantdbg.cli._paths import check_paths
 from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache
@@ -73,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     qmodel = quantize(args.model, args.data, calib, quant_config(args), batch_size=args.batch_size,
                       progress=show_progress(args))
-    qmodel.save(outputs["out"])
-    written = [str(outputs["out"])]
-    written += _write_scales(qmodel, calib, outputs.get("cache"), outputs.get("scales"))
+    with commit_together(outputs) as staged:
+        qmodel.save(staged["out"])  # the model, its cache and scales appear together or not at all
+        _write_scales(qmodel, calib, staged.get("cache"), staged.get("scales"))
+    written = [str(p) for p in outputs.values()]
     result = qmodel.calibration
     assert result is not None  # quantize() always attaches its calibration
     batches = f"{result.n_batches} batch{'es' if result.n_batches != 1 else ''}"
@@ -87,18 +90,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_paths(args: argparse.Namespace) -> dict[str, Path]:
     """Fails before any work when an output cannot be written or would overwrite the model."""
-    model = Path(args.model).resolve()
+    check_paths({"MODEL": args.model, "--data": args.data},
+                {"--out": args.out, "--cache": args.cache, "--scales": args.scales})
     outputs = {"out": Path(args.out)}
     if args.cache:
         outputs["cache"] = Path(args.cache)
     if args.scales:
         outputs["scales"] = Path(args.scales)
-    for option, path in outputs.items():
-        if path.resolve() == model:
-            raise ConfigError(f"--{option} {str(path)!r} is the input model; choose another path "
-                              "(the input model is never modified).")
-        if not path.parent.is_dir():
-            raise ConfigError(f"--{option} {str(path)!r}: folder {str(path.parent)!r} does not exist.")
     return outputs
 
 

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from quantdbg.cli._options import show_progress
+from quantdbg.cli._paths import check_folder
 from quantdbg.demo import DEMO_MIN_SQNR_DB, export_demo, run_demo
 from quantdbg.errors import ConfigError
 
@@ -76,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
         if args.out is not None:
             raise ConfigError("--export only writes the demo's files; drop --out, or run the demo without "
                               "--export.")
+        check_folder("--export", args.export)
         written = export_demo(_folder(args.export))
         sys.stdout.write(f"wrote {', '.join(str(path) for path in written.values())}\n")
         return 0
+    check_folder("--out", args.out)
     folder = _folder(args.out)
     result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=show_progress(args))
     sys.stdout.write(

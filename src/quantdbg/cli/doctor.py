@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli._options import add_data_option, add_fail_on_option, check_outputs, show_progress
+from quantdbg.cli._options import add_data_option, add_fail_on_option, show_progress
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import CalibConfig
 from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
 from quantdbg.report import render_markdown, write_report
@@ -52,7 +53,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         QuantDbgError: Bad input.
     """
     md_file = None if args.md == "-" else args.md
-    check_outputs(args.json, args.html, md_file)
+    check_paths(inputs_of(args), {"--json": args.json, "--html": args.html, "--md": md_file})
     config = DoctorConfig(
         CalibConfig(method=args.method),
         checks=tuple(args.checks) if args.checks else CHECKS,

@@ -9,16 +9,17 @@ import argparse
 import sys
 from typing import Any
 
+from quantdbg._io import commit_together
 from quantdbg.cli._options import (
     add_model_options,
     add_out_option,
-    check_out,
     eval_data,
     executor,
     load_models,
     show_progress,
     task_metric,
 )
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
@@ -69,8 +70,7 @@ def run_fallback(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_out(args.out, "--out")
-    check_out(args.plan, "--plan")
+    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan})
     target = _target(args)
     fp_model, qmodel = load_models(args)
     metric = task_metric(args)
@@ -88,9 +88,11 @@ def run_fallback(args: argparse.Namespace) -> int:
         result.plan.write(args.plan)
         sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
         return 2
-    result.mixed.save(args.out)
-    plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model, calibration_data=args.data)
-    plan.write(args.plan)
+    with commit_together({"out": args.out, "plan": args.plan}) as staged:
+        result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
+        plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model,
+                                      calibration_data=args.data, staged=staged["out"])
+        plan.write(staged["plan"])
     _print_plan(plan)
     if plan.status != "met":
         sys.stderr.write(f"quantdbg fallback: error: {plan.message}\n")

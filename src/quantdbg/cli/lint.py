@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 from quantdbg._io import write_json_atomic, write_text_atomic
-from quantdbg.cli._options import add_fail_on_option, check_outputs
+from quantdbg.cli._options import add_fail_on_option
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.diagnostics import RULES, LintReport, lint
 
 _EPILOG = """\
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         0 or 1 (see the module docstring); input errors raise and become status 2 in ``cli.main``.
     """
     to_file = args.md if args.md not in (None, "-") else None
-    check_outputs(None if args.json is None else str(args.json), to_file)
+    check_paths(inputs_of(args), {"--json": args.json, "--md": to_file})
     report = lint(args.model, skip=args.skip)
     if args.json is not None:
         write_json_atomic(args.json, report.to_dict())

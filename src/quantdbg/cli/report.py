@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli._options import check_outputs
+from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.report import load_result, render_markdown, write_report
 
@@ -40,7 +40,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.html is None and args.md is None:
         raise ConfigError("Nothing to write: give --html OUT.html and/or --md OUT.md (--md -: print it).")
     md_file = None if args.md == "-" else args.md
-    check_outputs(args.html, md_file)
+    check_paths(inputs_of(args), {"--html": args.html, "--md": md_file})
     result = load_result(args.result)
     if args.md == "-":
         sys.stdout.write(render_markdown(result, title=args.title))

@@ -11,10 +11,16 @@ Two kinds exist, and the analysis treats them differently because of cost:
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import math
 import os
 import shlex
+import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from quantdbg._fingerprint import array_digest
 from quantdbg.errors import BackendError, ConfigError, DataError
 from quantdbg.evaluation.metrics import HIGHER_IS_BETTER, MetricName, check_metric_name
 from quantdbg.model import save_model
@@ -46,6 +53,8 @@ class TaskMetric:
     name: str = "metric"
     higher_is_better: bool = True
     needs_model: bool = False
+    identity_attrs: tuple[str, ...] = ()
+    """The attributes that change this metric's scores (beyond its class and description)."""
 
     def from_outputs(self, outputs: Outputs, reference: Outputs) -> float:
         """Scores a variant from its outputs.
@@ -72,13 +81,60 @@ class TaskMetric:
 
     def evaluate_model(self, model: onnx.ModelProto) -> float:
         """Writes ``model`` to a temporary folder and scores it with :meth:`from_model`."""
-        with tempfile.TemporaryDirectory(prefix="quantdbg-eval-") as tmp:
+        _remove_stale_folders()
+        with tempfile.TemporaryDirectory(prefix=f"{_EVAL_PREFIX}{os.getpid()}-") as tmp:
             path = save_model(model, Path(tmp) / "model.onnx")
             return self.from_model(path)
 
     def describe(self) -> str:
         """One line naming the metric and its direction."""
         return f"{self.name} ({'higher' if self.higher_is_better else 'lower'} is better)"
+
+    def identity(self) -> str:
+        """Everything that changes this metric's scores, as text (resume fingerprints compare it).
+
+        The class, the description and the attributes named in ``identity_attrs``: arrays by a
+        digest of their bytes, functions by their qualified name, nested metrics by their own
+        identity. A subclass with parameters of its own lists them there (or overrides this).
+        """
+        parts = [f"{type(self).__module__}.{type(self).__qualname__}", self.describe()]
+        parts += [f"{key}={_identity_of(getattr(self, key, None))}" for key in self.identity_attrs]
+        return "|".join(parts)
+
+
+_EVAL_PREFIX = "quantdbg-eval-"
+
+
+@functools.cache
+def _remove_stale_folders() -> None:
+    """Removes the evaluation folders of runs that were killed outright (SIGKILL gives no chance to
+    clean up); a folder's name carries its process id, and only folders of dead processes go."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_EVAL_PREFIX}*-*"):
+        pid = folder.name[len(_EVAL_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _identity_of(value: Any) -> str:
+    if isinstance(value, TaskMetric):
+        return value.identity()
+    if isinstance(value, np.ndarray):
+        return f"array({array_digest(value)})"
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__name__)}"
+    if type(value).__repr__ is object.__repr__:  # the default repr holds a memory address
+        return type(value).__qualname__
+    return repr(value)
 
 
 def _select(outputs: Outputs, output: str | None, what: str) -> str:
@@ -99,6 +155,8 @@ class OutputMetric(TaskMetric):
         metric: Which metric (see :data:`quantdbg.evaluation.MetricName`).
         output: Score only this output (None: all outputs pooled).
     """
+
+    identity_attrs = ("metric", "output")
 
     def __init__(self, metric: MetricName = "sqnr", output: str | None = None) -> None:
         self.metric = check_metric_name(metric)
@@ -130,6 +188,8 @@ class Top1Agreement(TaskMetric):
 
     name = "top1_agreement"
 
+    identity_attrs = ("output", "axis")
+
     def __init__(self, output: str | None = None, axis: int = -1) -> None:
         self.output = output
         self.axis = axis
@@ -156,6 +216,8 @@ class Accuracy(TaskMetric):
     """
 
     name = "accuracy"
+
+    identity_attrs = ("labels", "output", "axis")
 
     def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1) -> None:
         self.labels = np.asarray(labels)
@@ -188,6 +250,8 @@ class OutputFunction(TaskMetric):
         higher_is_better: Direction of the metric.
     """
 
+    identity_attrs = ("fn",)
+
     def __init__(self, fn: Callable[[Outputs, Outputs], float], name: str = "task_metric",
                  higher_is_better: bool = True) -> None:
         self.fn = fn
@@ -214,6 +278,8 @@ class ModelFunction(TaskMetric):
 
     needs_model = True
 
+    identity_attrs = ("fn",)
+
     def __init__(self, fn: Callable[[Path], float], name: str = "task_metric",
                  higher_is_better: bool = True) -> None:
         self.fn = fn
@@ -238,7 +304,8 @@ class CommandMetric(TaskMetric):
         cwd: Working directory of the command (None: the current one).
 
     Raises:
-        ConfigError: The command is empty, cannot be split, or lacks ``{model}``.
+        ConfigError: The command is empty, cannot be split, lacks ``{model}``, or names a program
+            path that is a folder or not executable.
     """
 
     needs_model = True
@@ -254,12 +321,19 @@ class CommandMetric(TaskMetric):
         if not any(MODEL_PLACEHOLDER in arg for arg in argv):
             raise ConfigError(f"The evaluation command {command!r} does not contain {{model}}; put "
                               "{model} where the model path goes, e.g. 'python eval.py {model}'.")
+        _check_program(argv[0], cwd, command)
         self.command = command
         self.argv: Sequence[str] = argv
         self.higher_is_better = higher_is_better
         self.timeout = timeout
         self.cwd = cwd
         self.name = os.path.basename(argv[0]) if len(argv) == 1 else "command"
+
+    def identity(self) -> str:
+        """The direction, the argument vector and the absolute working directory it runs in."""
+        cwd = os.path.abspath(self.cwd if self.cwd is not None else os.getcwd())
+        return "|".join([f"{type(self).__module__}.{type(self).__qualname__}", self.describe(),
+                         f"argv={list(self.argv)!r}", f"cwd={cwd!r}"])
 
     def from_model(self, path: Path) -> float:
         """Runs the command on ``path`` and parses its last printed line.
@@ -270,11 +344,14 @@ class CommandMetric(TaskMetric):
         """
         argv = [arg.replace(MODEL_PLACEHOLDER, str(path)) for arg in self.argv]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
-                                  cwd=self.cwd, check=False)
+            done = run_in_own_group(argv, self.timeout, self.cwd)
         except FileNotFoundError as err:
             raise BackendError(f"Evaluation command {self.command!r}: program {argv[0]!r} "
                                "not found.") from err
+        except PermissionError as err:
+            raise BackendError(f"Evaluation command {self.command!r}: {argv[0]!r} is not executable; "
+                               f"make it executable (chmod +x) or run it through its interpreter, e.g. "
+                               f"'python {argv[0]} {{model}}'.") from err
         except subprocess.TimeoutExpired as err:
             raise BackendError(f"Evaluation command {self.command!r} timed out after "
                                f"{self.timeout} s.") from err
@@ -283,6 +360,52 @@ class CommandMetric(TaskMetric):
             raise BackendError(f"Evaluation command {self.command!r} exited with status {done.returncode}: "
                                f"{tail}")
         return parse_metric_line(done.stdout, self.command)
+
+
+def _check_program(program: str, cwd: str | os.PathLike | None, command: str) -> None:
+    """Refuses, before any work, a program given as a path that is a folder or not executable."""
+    if os.sep not in program:
+        return  # looked up on PATH when it runs
+    path = Path(cwd or ".") / program
+    if path.is_dir() or (path.exists() and not os.access(path, os.X_OK)):
+        raise ConfigError(f"Evaluation command {command!r}: {program!r} is not an executable file; make "
+                          f"it executable (chmod +x) or run it through its interpreter, e.g. "
+                          f"'python {program} {{model}}'.")
+
+
+def run_in_own_group(argv: Sequence[str], timeout: float | None,
+                     cwd: str | os.PathLike | None) -> subprocess.CompletedProcess[str]:
+    """Runs ``argv`` in a process group of its own and kills the whole group when the wait ends
+    early (a timeout, Ctrl-C, SIGTERM): nothing the command started outlives the run. On Linux the
+    command also dies with this process, should it be killed outright (SIGKILL).
+
+    Raises:
+        subprocess.TimeoutExpired: ``timeout`` passed (the group is killed first).
+        OSError: The program cannot be started.
+    """
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                               start_new_session=True, preexec_fn=_die_with_parent())
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec hook asking Linux to SIGKILL the child when this process dies (None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the hook itself only makes one call
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+
+    def hook() -> None:
+        libc.prctl(set_parent_death_signal, int(signal.SIGKILL))
+
+    return hook
 
 
 def _last_line(text: str) -> str:

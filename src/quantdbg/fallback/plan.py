@@ -204,7 +204,8 @@ class FallbackPlan(_display.Displayable, Serializable):
 
     def with_build(self, model_path: str | os.PathLike, data: Any = None, *,
                    source: str | os.PathLike | None = None,
-                   calibration_data: str | os.PathLike | None = None) -> FallbackPlan:
+                   calibration_data: str | os.PathLike | None = None,
+                   staged: str | os.PathLike | None = None) -> FallbackPlan:
         """The same plan with the TensorRT build of the mixed model written at ``model_path``.
 
         Args:
@@ -213,6 +214,8 @@ class FallbackPlan(_display.Displayable, Serializable):
                 evaluation data); None uses batch 1/8/32 for batch-only dynamic inputs.
             source: The FP32 original, for ModelOpt's command (None: no ModelOpt command).
             calibration_data: The calibration .npz, for ModelOpt's command.
+            staged: Where the model file is now, when it is moved to ``model_path`` together with
+                the plan (None: it is at ``model_path``).
 
         Returns:
             The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
@@ -220,7 +223,7 @@ class FallbackPlan(_display.Displayable, Serializable):
         """
         path = Path(model_path)
         try:
-            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data),
+            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data), staged=staged,
                                               engine=path.with_suffix(".engine"), exclude=self.exclude,
                                               exclude_precision=self.precision)
         except QuantDbgError as err:

@@ -7,16 +7,19 @@ FP32 model's weights that are not plain initializers are folded into initializer
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import shape_inference, version_converter
 
-from quantdbg.errors import ModelError
+from quantdbg.errors import ModelError, QuantDbgError
 from quantdbg.model.names import name_nodes
 from quantdbg.model.weights import FoldedWeight, fold_weights, summarize_folded
 
@@ -94,16 +97,53 @@ def as_loaded(source: ModelSource, *, allow_quantized: bool = False) -> LoadedMo
             return source
         _refuse_quantized(source.proto)
         return LoadedModel(source.proto, False, source.folded)
-    model = _infer_shapes(_checked(_convert_opset(_read(source))))
-    name_nodes(model)
-    if quantized_nodes(model):
-        if not allow_quantized:
-            _refuse_quantized(model)
-        return LoadedModel(model, True)
-    model, folded = fold_weights(model)
+    with _as_model_error(source):
+        model = _infer_shapes(_checked(_convert_opset(_known_types(_read(source)))))
+        name_nodes(model)
+        if quantized_nodes(model):
+            if not allow_quantized:
+                _refuse_quantized(model)
+            return LoadedModel(model, True)
+        model, folded = fold_weights(model)
     if folded:
         logger.info("%s (on the loaded copy; the model itself is unchanged).", summarize_folded(folded))
     return LoadedModel(model, allow_quantized, folded)
+
+
+# What onnx and protobuf raise on a malformed file besides their documented errors: a bad enum
+# value (KeyError), a string that is not UTF-8, a NUL or URL in an external-data location, a folder
+# where a file belongs.
+_LOAD_ERRORS = (ValueError, KeyError, TypeError, IndexError, UnicodeError, OSError, RuntimeError,
+                onnx.checker.ValidationError, DecodeError)
+
+
+@contextlib.contextmanager
+def _as_model_error(source: ModelSource) -> Iterator[None]:
+    """Turns every exception onnx or protobuf raises while loading into one ModelError naming the file."""
+    try:
+        yield
+    except QuantDbgError:
+        raise
+    except _LOAD_ERRORS as err:
+        what = "the model" if isinstance(source, onnx.ModelProto) else repr(str(source))
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelError(f"Cannot load {what}: {detail} ({type(err).__name__}). Re-export the model, "
+                         "or repair the file.") from err
+
+
+def _known_types(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Refuses element types onnx does not define (later stages map each type to a NumPy dtype)."""
+    known = set(onnx.TensorProto.DataType.values())
+    graph = model.graph
+    for tensor in graph.initializer:
+        if tensor.data_type not in known:
+            raise ModelError(f"Initializer {tensor.name!r} has data_type {tensor.data_type}, which ONNX does "
+                             "not define; re-export the model.")
+    for info in (*graph.input, *graph.output, *graph.value_info):
+        if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type not in known:
+            raise ModelError(f"Tensor {info.name!r} has elem_type {info.type.tensor_type.elem_type}, which "
+                             "ONNX does not define; re-export the model.")
+    return model
 
 
 def _refuse_quantized(model: onnx.ModelProto) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from quantdbg import _json
+from quantdbg._fingerprint import compose, differences, feeds_digest
 from quantdbg._json import Serializable
 from quantdbg.backends import RunnerFactory
 from quantdbg.calibration import CalibrationResult
@@ -124,9 +125,13 @@ class Journal:
         if journal.path is None or not journal.path.exists():
             return journal
         data = _json.read_json(journal.path)
-        if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
-            raise ConfigError(f"Resume file {str(journal.path)!r} belongs to another run (other model, data, "
-                              "metric, target or settings); delete it or choose another resume file.")
+        if not isinstance(data, dict):
+            raise FormatError(f"Resume file {str(journal.path)!r} is not a progress file (it holds "
+                              f"{type(data).__name__}, not an object); delete it to start afresh.")
+        if data.get("fingerprint") != fingerprint:
+            raise ConfigError(f"Resume file {str(journal.path)!r} belongs to another run: "
+                              f"{differences(data.get('fingerprint'), fingerprint)}; delete it to start "
+                              "afresh, or choose another resume file.")
         try:
             found = AutoProgress.from_dict(data, repr(str(journal.path)))
         except FormatError as err:
@@ -191,6 +196,8 @@ class JournaledMetric(TaskMetric):
 
     needs_model = True
 
+    identity_attrs = ("inner",)
+
     def __init__(self, inner: TaskMetric, journal: Journal) -> None:
         self.inner = inner
         self.journal = journal
@@ -227,6 +234,8 @@ class JournaledScores(TaskMetric):
         inner: The metric (computed from outputs).
         journal: Where evaluations are kept.
     """
+
+    identity_attrs = ("inner",)
 
     def __init__(self, inner: TaskMetric, journal: Journal) -> None:
         self.inner = inner
@@ -312,15 +321,6 @@ def _feeds_digest(hasher: Any, feeds: Iterable[Mapping[str, np.ndarray]]) -> Non
             hasher.update(np.ascontiguousarray(feed[name]).tobytes())
 
 
-def _metric_identity(metric: TaskMetric) -> str:
-    """What tells two metrics of one class apart: the command, the labels, the output scored."""
-    labels = getattr(metric, "labels", None)
-    parts = [type(metric).__name__, metric.describe(), str(getattr(metric, "command", "")),
-             str(getattr(metric, "output", "")),
-             "" if labels is None else digest(np.asarray(labels).tobytes())]
-    return "|".join(parts)
-
-
 def fingerprint(model: onnx.ModelProto, calib: Iterable[Mapping[str, np.ndarray]],
                 evals: Iterable[Mapping[str, np.ndarray]], metric: TaskMetric, target: Serializable,
                 settings: Serializable) -> str:
@@ -330,23 +330,17 @@ def fingerprint(model: onnx.ModelProto, calib: Iterable[Mapping[str, np.ndarray]
         model: The FP32 model.
         calib: Calibration feeds.
         evals: Evaluation feeds.
-        metric: The task metric (its class, description, command, labels and output).
+        metric: The task metric (its full identity: command and folder, labels, parameters).
         target: The target.
         settings: The settings that decide the result (``AutoConfig.settings()``).
 
     Returns:
-        A 32-digit hex digest.
+        A digest per ingredient (so a mismatch can say which differs).
     """
-    hasher = hashlib.sha256()
-    hasher.update(model.SerializeToString())
-    _feeds_digest(hasher, calib)
-    hasher.update(b"|eval|")
-    _feeds_digest(hasher, evals)
-    for part in (_metric_identity(metric), json.dumps(target.to_dict(), sort_keys=True),
-                 json.dumps(settings.to_dict(), sort_keys=True)):
-        hasher.update(b"|")
-        hasher.update(part.encode())
-    return hasher.hexdigest()[:32]
+    return compose({"model": model_key(model), "calibration data": feeds_digest(calib),
+                    "evaluation data": feeds_digest(evals), "metric": digest(metric.identity()),
+                    "target": digest(json.dumps(target.to_dict(), sort_keys=True)),
+                    "settings": digest(json.dumps(settings.to_dict(), sort_keys=True))})
 
 
 __all__ = ["AutoProgress", "EvaluationRecord", "Journal", "JournaledEvaluator", "JournaledMetric",

@@ -111,9 +111,19 @@ def scale_entries(source: ScaleSource) -> dict[str, ScaleEntry]:
         if not (math.isfinite(entry.scale) and entry.scale > 0):
             raise ConfigError(f"Tensor {name!r} has scale {entry.scale}; a calibration cache needs finite "
                               "scales > 0.")
-        if "\n" in name or not name.strip():
-            raise ConfigError(f"Tensor name {name!r} cannot be written on one cache line.")
+        _check_cache_name(name)
     return entries
+
+
+def _check_cache_name(name: str) -> None:
+    """Refuses a name the reader could not read back: blank, spanning lines (any of str.splitlines'
+    line boundaries: ``\r``, ``\x85``, ``\u2028``...), or not encodable as UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"Tensor name {name!r} cannot be written to a cache (not valid UTF-8).") from None
+    if not name.strip() or len(f"{name}: 0".splitlines()) != 1:
+        raise ConfigError(f"Tensor name {name!r} cannot be written on one cache line.")
 
 
 def format_trt_cache(source: ScaleSource, version: int = DEFAULT_TRT_VERSION,
@@ -171,7 +181,8 @@ def parse_trt_cache(text: str, source: str = "<cache>") -> TrtCache:
         The parsed cache.
 
     Raises:
-        DataError: Bad header or line; the message gives the line number and what was expected.
+        DataError: Bad header or line, or a scale that is not finite and positive; the message
+            gives the line number and what was expected.
     """
     lines = text.splitlines()
     header = _HEADER.match(lines[0].strip()) if lines else None
@@ -190,7 +201,11 @@ def parse_trt_cache(text: str, source: str = "<cache>") -> TrtCache:
                             f"found {line[:80]!r}.")
         if name in scales:
             raise DataError(f"{source}, line {number}: tensor {name!r} appears twice.")
-        scales[name] = hex_to_scale(digits)
+        scale = hex_to_scale(digits)
+        if not (math.isfinite(scale) and scale > 0):
+            raise DataError(f"{source}, line {number}: tensor {name!r} has scale {scale}; a calibration "
+                            "cache holds finite scales > 0.")
+        scales[name] = scale
     return TrtCache(MappingProxyType(scales), int(header.group(1)), header.group(2))
 
 
@@ -239,7 +254,11 @@ def read_scales_json(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
         raise DataError(f"Scales file {str(path)!r}: expected an object of tensor name -> entry.")
     for name, entry in data.items():
         scale = entry.get("scale") if isinstance(entry, dict) else None
-        if not isinstance(scale, (int, float)) or not scale > 0:
-            raise DataError(f"Scales file {str(path)!r}: tensor {name!r} needs a positive 'scale', "
-                            f"found {entry!r}.")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
+            raise DataError(f"Scales file {str(path)!r}: tensor {name!r} needs a finite positive 'scale', "
+                            f"found {entry!r:.120}.")
+        method = entry.get("method")
+        if method is not None and not isinstance(method, str):
+            raise DataError(f"Scales file {str(path)!r}: tensor {name!r}: field 'method' must be a "
+                            f"calibrator name or null, found {method!r:.60}.")
     return data

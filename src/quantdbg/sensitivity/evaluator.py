@@ -6,7 +6,6 @@ fallback search share this evaluator.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from quantdbg._fingerprint import compose, digest, feeds_digest
 from quantdbg._json import Serializable
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig, Runner, RunnerFactory
 from quantdbg.config import Precision
@@ -237,16 +237,11 @@ class VariantEvaluator:
         return float(self.metric.from_outputs(ref, ref))
 
     def fingerprint(self, mode: str) -> str:
-        """Hash of both models, the data, the metric and ``mode``."""
-        digest = hashlib.sha256()
-        digest.update(self.qmodel.model.SerializeToString())
-        digest.update(self.fp_model.SerializeToString())
-        digest.update(f"{mode}|{self.metric.describe()}".encode())
-        for feed in self.data:
-            for name in sorted(feed):
-                digest.update(name.encode())
-                digest.update(np.ascontiguousarray(feed[name]).tobytes())
-        return digest.hexdigest()[:32]
+        """What decides the scores, per ingredient: both models' bytes, the data, the metric's full
+        identity (:meth:`~quantdbg.evaluation.TaskMetric.identity`) and ``mode``."""
+        models = digest(self.qmodel.model.SerializeToString(), self.fp_model.SerializeToString())
+        return compose({"models": models, "data": feeds_digest(self.data),
+                        "metric": digest(self.metric.identity()), "mode": mode})
 
     @property
     def n_samples(self) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantdbg import _json
+from quantdbg._fingerprint import differences
 from quantdbg._json import Serializable
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.sensitivity.config import Mode
@@ -68,9 +69,13 @@ class ResultsFile:
             return state
         try:
             data = _json.read_json(state.path)
-            if not isinstance(data, dict) or data.get("fingerprint") != fingerprint:
-                raise ConfigError(f"Results file {str(state.path)!r} belongs to another analysis (other "
-                                  "models, data, mode or metric); delete it or choose another results path.")
+            if not isinstance(data, dict):
+                raise FormatError(f"{str(state.path)!r} holds {type(data).__name__}, not a progress "
+                                  "file or report.")
+            if data.get("fingerprint") != fingerprint:
+                raise ConfigError(f"Results file {str(state.path)!r} belongs to another analysis: "
+                                  f"{differences(data.get('fingerprint'), fingerprint)}; delete it to start "
+                                  "afresh, or choose another results path.")
             if data.get("format") == _json.format_of(SensitivityReport):
                 state.report = SensitivityReport.from_dict(data, repr(str(state.path)))
             else:

@@ -86,13 +86,16 @@ class EngineBuildSpec(Serializable):
 
     @classmethod
     def from_model(cls, model: str | os.PathLike[str], batch: tuple[int, int, int] = (1, 8, 32),
-                   shapes: Mapping[str, ShapeRange] | None = None, **options: Any) -> EngineBuildSpec:
+                   shapes: Mapping[str, ShapeRange] | None = None, *,
+                   staged: str | os.PathLike[str] | None = None, **options: Any) -> EngineBuildSpec:
         """Reads the model's inputs and fills in the profile of every dynamic one.
 
         Args:
             model: Path of the mixed-precision ONNX model (only its graph inputs are read).
             batch: (min, opt, max) batch size for inputs whose only dynamic dimension is axis 0.
             shapes: Explicit ranges for other dynamic inputs (e.g. sequence length).
+            staged: Where the model file is read now, when it is still to be moved to ``model``
+                (outputs committed together); None reads ``model``.
             **options: Any other :class:`EngineBuildSpec` field (engine, exclude, ...).
 
         Returns:
@@ -102,7 +105,7 @@ class EngineBuildSpec(Serializable):
             ModelError: The model file cannot be read.
             ConfigError: An input has a dynamic dimension other than axis 0 and no explicit range.
         """
-        path = Path(model)
+        path = Path(staged if staged is not None else model)
         if not path.is_file():
             raise ModelError(f"Model file {str(path)!r} does not exist or is not a file.")
         try:
@@ -110,7 +113,7 @@ class EngineBuildSpec(Serializable):
         except Exception as err:  # protobuf raises several unrelated types
             raise ModelError(f"Cannot parse {str(path)!r} as an ONNX model: {err}") from err
         profile = resolve_profile(input_specs(proto), shapes or {}, batch)
-        return cls(path, profile, **options)
+        return cls(Path(model), profile, **options)
 
 
 @dataclass(frozen=True)

@@ -79,13 +79,21 @@ def _tensor_format(tensor: Any) -> str:
     return " / ".join(parts)
 
 
+def _tensors(entry: Mapping[str, Any], field: str) -> list[Any]:
+    found = entry.get(field, [])
+    if not isinstance(found, list):
+        raise BackendError(f"Engine inspector layer {str(entry['Name'])!r}: field {field!r} is a "
+                           f"{type(found).__name__}, expected a list of tensors.")
+    return found
+
+
 def _layer(entry: Any) -> LayerPrecision:
     if isinstance(entry, str):  # ProfilingVerbosity.LAYER_NAMES_ONLY: names and nothing else
         return LayerPrecision(entry, UNKNOWN, UNKNOWN)
     if not isinstance(entry, Mapping) or "Name" not in entry:
         raise BackendError(f"Engine inspector layer entry is not an object with a 'Name': {entry!r:.200}")
-    inputs = tuple(_tensor_format(t) for t in entry.get("Inputs", ()))
-    outputs = tuple(_tensor_format(t) for t in entry.get("Outputs", ()))
+    inputs = tuple(_tensor_format(t) for t in _tensors(entry, "Inputs"))
+    outputs = tuple(_tensor_format(t) for t in _tensors(entry, "Outputs"))
     typed = [type_of_format(f) for f in inputs + outputs]
     precision = next((t for t in typed if t != UNKNOWN), UNKNOWN)
     tactic = str(entry.get("TacticName") or entry.get("TacticValue") or "")
@@ -112,7 +120,7 @@ def parse_engine_info(text: str) -> tuple[LayerPrecision, ...]:
     """
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as err:
+    except (ValueError, RecursionError) as err:  # a syntax error, or nesting too deep
         raise BackendError(f"Engine inspector output is not JSON ({err}); ask for "
                            "LayerInformationFormat.JSON.") from err
     if isinstance(doc, Mapping) and "Layers" in doc:

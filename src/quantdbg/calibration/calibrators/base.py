@@ -132,8 +132,10 @@ class Calibrator:
         """
         if stats.count == 0 or stats.absmax == 0.0:
             seen = "only zeros" if stats.count else "no finite values"
-            warnings.warn(f"Tensor {stats.name!r} had {seen} during calibration; it gets the range "
-                          f"+-{ZERO_TENSOR_AMAX}. Check that the calibration data exercises it.",
+            bound = f"{ZERO_TENSOR_AMAX:g}"
+            warnings.warn(f"Tensor {stats.name!r} had {seen} during calibration; it gets the range +-{bound} "
+                          f"(scale {bound}/127): zeros stay exact in INT8, and the engine clips any value "
+                          f"beyond +-{bound} at run time. Check that the calibration data exercises it.",
                           QuantDbgWarning, stacklevel=2)
             return TensorRange(stats.name, -ZERO_TENSOR_AMAX, ZERO_TENSOR_AMAX, self.name)
         amax = float(self.compute_amax(stats))

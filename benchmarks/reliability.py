@@ -1,0 +1,337 @@
+"""Red-team run of the command line and the readers, as a hostile user would try them.
+
+Every case runs a `quantdbg` command on the embedded digits CNN in a scratch folder and records the
+exit status, the first line of stderr, whether any input's SHA-256 changed and which files
+appeared. Then each reader gets N randomly mutated documents (a value replaced, a key dropped, the
+text cut short) and the model loader N randomly mutated protobufs; anything but the library's own
+errors counts as an escape. Prints a Markdown table (the Reliability section of RESULTS.md)::
+
+    python benchmarks/reliability.py --mutations 1000 > /tmp/reliability.md
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quantdbg.cli import main
+from quantdbg.demo import INPUT_NAME, load_embedded
+from quantdbg.errors import QuantDbgError
+
+HANG = """import os, sys, time
+open(os.path.join(os.path.dirname(__file__), "pid"), "w").write(str(os.getpid()))
+time.sleep(300)
+"""
+
+
+def _setup(work: Path) -> None:
+    emb = load_embedded()
+    shutil.copy(emb.model_path, work / "m.onnx")
+    np.savez(work / "calib.npz", **{INPUT_NAME: emb.calib[INPUT_NAME][:64]})
+    np.savez(work / "eval.npz", **{INPUT_NAME: emb.eval_inputs[INPUT_NAME][:64]}, label=emb.labels[:64])
+    (work / "hang.py").write_text(HANG)
+    assert _cli(work, "calibrate m.onnx --data calib.npz --method minmax --out q.onnx")[0] == 0
+    assert _cli(work, "analyze q.onnx --fp32 m.onnx --eval eval.npz --no-evidence --out r.json")[0] == 0
+
+
+def _state(work: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(work.iterdir()) if p.is_file()}
+
+
+def _cli(work: Path, command: str) -> tuple[int, str]:
+    err = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                status = main(shlex.split(command) + (["--no-progress"] if " --no-progress" not in command
+                                                      and command.split()[0] in ("calibrate", "doctor")
+                                                      else []))
+            except BaseException as exc:  # noqa: BLE001 - an escape is what this script measures
+                return -1, f"ESCAPED {type(exc).__name__}: {exc}"
+    finally:
+        os.chdir(cwd)
+    lines = err.getvalue().strip().splitlines()
+    return status, lines[-1] if lines else ""
+
+
+CLI_CASES = [
+    ("1", "analyze --out MODEL", "analyze m.onnx --data calib.npz --eval eval.npz --out m.onnx"),
+    ("1", "fallback --plan MODEL", "fallback q.onnx --fp32 m.onnx --eval eval.npz --min-sqnr 30 --out x.onnx "
+                                   "--plan q.onnx"),
+    ("1", "fallback --plan == --report", "fallback q.onnx --fp32 m.onnx --eval eval.npz --min-sqnr 30 "
+                                         "--out x.onnx --plan r.json --report r.json"),
+    ("1", "fallback --out X --plan X", "fallback q.onnx --fp32 m.onnx --eval eval.npz --min-sqnr 30 "
+                                       "--out x.onnx --plan x.onnx"),
+    ("1", "lint --json MODEL", "lint q.onnx --json q.onnx"),
+    ("1", "doctor --json MODEL", "doctor m.onnx --data calib.npz --json m.onnx"),
+    ("1", "report --md RESULT", "report r.json --md r.json"),
+    ("1", "calibrate --out == --data", "calibrate m.onnx --data calib.npz --out calib.npz"),
+    ("1", "calibrate --out X --cache X", "calibrate m.onnx --data calib.npz --out x.onnx --cache x.onnx"),
+    ("1", "MODEL through a symlink", "calibrate link.onnx --data calib.npz --out m.onnx"),
+    ("5", "empty .npz file", "calibrate m.onnx --data empty.npz --out x.onnx"),
+    ("5", ".npy given as --data", "calibrate m.onnx --data one.npy --out x.onnx"),
+    ("5", ".npz declaring 238 GiB", "calibrate m.onnx --data forged.npz --out x.onnx"),
+    ("5", "--labels on an object array", "analyze q.onnx --fp32 m.onnx --eval objects.npz --labels label "
+                                         "--mode isolated --out x.json"),
+    ("8", "empty eval file", "analyze m.onnx --data calib.npz --eval nosamples.npz --out x.json"),
+    ("6", "--out is a folder", "calibrate m.onnx --data calib.npz --out sub"),
+    ("6", "--out folder missing", "calibrate m.onnx --data calib.npz --out nope/x.onnx"),
+    ("8", "--evaluate with --mode local", f"analyze q.onnx --fp32 m.onnx --eval eval.npz --evaluate "
+                                          f"'{sys.executable} hang.py {{model}}' --out x.json"),
+    ("8", "--evaluate not executable", "analyze q.onnx --fp32 m.onnx --eval eval.npz --mode isolated "
+                                       "--evaluate './noexec.py {model}' --out x.json"),
+    ("4", "model: node name not UTF-8", "lint badutf8.onnx"),
+    ("3", "resume file holds `1`", "analyze q.onnx --fp32 m.onnx --eval eval.npz --mode isolated "
+                                   "--out one.json"),
+]
+
+
+def _bad_inputs(work: Path) -> None:
+    (work / "link.onnx").symlink_to(work / "m.onnx")
+    (work / "empty.npz").write_bytes(b"")
+    np.save(work / "one.npy", np.zeros(3))
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (4_000_000_000, 16)})
+    import zipfile
+    with zipfile.ZipFile(work / "forged.npz", "w") as archive:
+        archive.writestr(f"{INPUT_NAME}.npy", header.getvalue() + bytes(64))
+    np.savez(work / "objects.npz", **{INPUT_NAME: load_embedded().eval_inputs[INPUT_NAME][:4]},
+             label=np.array([object()] * 4, dtype=object))
+    np.savez(work / "nosamples.npz", **{INPUT_NAME: np.zeros((0, 1, 16, 16), np.float32)})
+    (work / "sub").mkdir()
+    (work / "noexec.py").write_text("print(1)\n")
+    raw = (work / "m.onnx").read_bytes()
+    name = next(n.name for n in __import__("onnx").load(str(work / "m.onnx")).graph.node if n.name).encode()
+    (work / "badutf8.onnx").write_bytes(raw.replace(name, b"\xff" * len(name), 1))
+    (work / "one.json.partial").write_text("1\n")
+
+
+def run_cli_cases(work: Path) -> list[tuple[str, ...]]:
+    rows = []
+    pristine = {p.name: p.read_bytes() for p in work.iterdir() if p.is_file() and not p.is_symlink()}
+    for issue, case, command in CLI_CASES:
+        before = _state(work)
+        status, line = _cli(work, command)
+        after = _state(work)
+        changed = sorted(n for n in before if after.get(n) != before[n])
+        new = sorted(set(after) - set(before))
+        rows.append((issue, case, str(status), line.replace("|", "\\|").replace(str(work) + "/", ""),
+                     ", ".join(changed) or "none", ", ".join(new) or "none"))
+        for name in new:
+            (work / name).unlink()
+        for name in (n for n in changed if n in pristine):  # an overwritten input is restored
+            (work / name).write_bytes(pristine[name])
+    return rows
+
+
+def run_signal_cases(work: Path) -> list[tuple[str, ...]]:
+    rows = []
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(work / 'hang.py'))} {{model}}"
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        (work / "pid").unlink(missing_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="tmp", dir=work))
+        argv = [sys.executable, "-m", "quantdbg", "analyze", "q.onnx", "--fp32", "m.onnx", "--eval",
+                "eval.npz", "--mode", "isolated", "--no-evidence", "--evaluate", command, "--out", "s.json"]
+        process = subprocess.Popen(argv, cwd=work, env={**os.environ, "TMPDIR": str(tmp)}, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        while (not (work / "pid").exists() or not (work / "pid").read_text()) and process.poll() is None:
+            time.sleep(0.05)
+        if process.poll() is not None:
+            raise RuntimeError(f"analyze ended before its evaluation started: {process.communicate()[1]}")
+        child = int((work / "pid").read_text())
+        process.send_signal(signum)
+        process.wait(timeout=120)
+        time.sleep(1.0)
+        alive = _alive(child)
+        if alive:
+            os.kill(child, signal.SIGKILL)  # it holds the pipes open
+        err = process.stderr.read()
+        process.communicate()
+        rows.append(("7", f"{signal.Signals(signum).name} during --evaluate", str(process.returncode),
+                     (err.strip().splitlines() or [""])[-1], "child killed" if not alive else "CHILD ALIVE",
+                     f"{len(list(tmp.iterdir()))} temp folder(s) left"))
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a killed process waiting to be reaped, state Z, has stopped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _mutate(doc: Any, rng: np.random.Generator) -> str:
+    doc = json.loads(json.dumps(doc))
+    for _ in range(int(rng.integers(1, 4))):
+        paths = list(_paths(doc))
+        path = paths[int(rng.integers(len(paths)))]
+        if not path:
+            continue
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        choice = int(rng.integers(6))
+        values: list[Any] = [None, True, -1, 2**70, 1e308, "nan", "x", [], {}, [1, "a"], {"k": None}]
+        if choice == 0:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = values[int(rng.integers(len(values)))]
+    text = json.dumps(doc)
+    return text[:int(rng.integers(len(text)))] if rng.random() < 0.1 else text
+
+
+def _paths(value: Any, prefix: tuple = ()):
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*prefix, index))
+
+
+def _fuzz(name: str, doc: Any, read: Callable[[Path], Any], n: int, work: Path) -> tuple[str, ...]:
+    rng = np.random.default_rng(0)
+    path = work / "fuzz.json"
+    outcomes: Counter[str] = Counter()
+    for _ in range(n):
+        path.write_text(_mutate(doc, rng))
+        try:
+            read(path)
+            outcomes["read"] += 1
+        except QuantDbgError as err:
+            outcomes[type(err).__name__] += 1
+        except Exception as err:  # noqa: BLE001 - an escape is what this script measures
+            outcomes[f"ESCAPED {type(err).__name__}"] += 1
+    escaped = sum(v for k, v in outcomes.items() if k.startswith("ESCAPED"))
+    return (name, str(n), str(escaped), ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+
+
+def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
+    from quantdbg.diagnostics import DoctorReport
+    from quantdbg.fallback import FallbackPlan
+    from quantdbg.model import load_model
+    from quantdbg.qdq.cache import parse_trt_cache, read_scales_json
+    from quantdbg.report import load_result
+    from quantdbg.sensitivity import SensitivityReport
+    from quantdbg.sensitivity.resume import ResultsFile
+
+    _cli(work, "calibrate m.onnx --data calib.npz --method minmax --out q2.onnx --cache c.cache "
+         "--scales s.json")
+    _cli(work, "fallback q.onnx --fp32 m.onnx --eval eval.npz --min-sqnr 30 --out mixed.onnx --plan p.json")
+    _cli(work, "doctor m.onnx --data calib.npz --checks weight_zeroing --json d.json")
+    docs = {n_: json.loads((work / f).read_text()) for n_, f in
+            (("sensitivity", "r.json"), ("plan", "p.json"), ("doctor", "d.json"), ("scales", "s.json"))}
+    progress = {"format": "quantdbg.sensitivity-progress/1", "fingerprint": "a=1", "mode": "isolated",
+                "done": {"conv": {"comparison": None, "value": 0.5}}}
+    rows = [
+        _fuzz("SensitivityReport.read", docs["sensitivity"], SensitivityReport.read, n, work),
+        _fuzz("FallbackPlan.read", docs["plan"], FallbackPlan.read, n, work),
+        _fuzz("DoctorReport.read", docs["doctor"], DoctorReport.read, n, work),
+        _fuzz("load_result (doctor)", docs["doctor"], load_result, n, work),
+        _fuzz("sweep progress (resume)", progress, lambda p: ResultsFile.open(p, "a=1", "isolated"), n, work),
+        _fuzz("read_scales_json", docs["scales"], read_scales_json, n, work),
+    ]
+    cache = (work / "c.cache").read_text()
+    rows.append(_fuzz_text("parse_trt_cache", cache, parse_trt_cache, n))
+    raw = (work / "m.onnx").read_bytes()
+    rows.append(_fuzz_bytes("load_model (protobuf)", raw, lambda p: load_model(p, allow_quantized=True), n,
+                            work))
+    return rows
+
+
+def _fuzz_text(name: str, text: str, read: Callable[[str], Any], n: int) -> tuple[str, ...]:
+    rng = np.random.default_rng(0)
+    outcomes: Counter[str] = Counter()
+    alphabet = list(":\n\r\x85\u2028 0123456789abcdefTRT-x")
+    for _ in range(n):
+        chars = list(text)
+        for _ in range(int(rng.integers(1, 5))):
+            chars[int(rng.integers(len(chars)))] = alphabet[int(rng.integers(len(alphabet)))]
+        try:
+            read("".join(chars))
+            outcomes["read"] += 1
+        except QuantDbgError as err:
+            outcomes[type(err).__name__] += 1
+        except Exception as err:  # noqa: BLE001
+            outcomes[f"ESCAPED {type(err).__name__}"] += 1
+    escaped = sum(v for k, v in outcomes.items() if k.startswith("ESCAPED"))
+    return (name, str(n), str(escaped), ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+
+
+def _fuzz_bytes(name: str, raw: bytes, read: Callable[[Path], Any], n: int, work: Path) -> tuple[str, ...]:
+    rng = np.random.default_rng(0)
+    outcomes: Counter[str] = Counter()
+    path = work / "fuzz.onnx"
+    for _ in range(n):
+        data = bytearray(raw)
+        for _ in range(int(rng.integers(1, 5))):
+            data[int(rng.integers(len(data)))] = int(rng.integers(256))
+        path.write_bytes(bytes(data[:int(rng.integers(len(data)))] if rng.random() < 0.1 else data))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                read(path)
+            outcomes["read"] += 1
+        except QuantDbgError as err:
+            outcomes[type(err).__name__] += 1
+        except Exception as err:  # noqa: BLE001
+            outcomes[f"ESCAPED {type(err).__name__}"] += 1
+    escaped = sum(v for k, v in outcomes.items() if k.startswith("ESCAPED"))
+    return (name, str(n), str(escaped), ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main_(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mutations", type=int, default=1000, help="Mutations per reader (default 1000).")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="quantdbg-reliability-") as tmp:
+        work = Path(tmp)
+        _setup(work)
+        _bad_inputs(work)
+        cli = run_cli_cases(work)
+        signals = run_signal_cases(work)
+        fuzz = run_fuzz(work, args.mutations)
+    print(_table(("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"),
+                 cli))
+    print()
+    print(_table(("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"),
+                 signals))
+    print()
+    print(_table(("reader", "mutations", "escaped", "outcomes"), fuzz))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_())

@@ -1,0 +1,127 @@
+"""Malformed data files give one DataError naming the file, before anything is allocated or written."""
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+
+import models_sensitivity as ms
+import numpy as np
+import onnx
+import pytest
+
+from quantdbg.cli import main
+from quantdbg.config import CalibConfig
+from quantdbg.data import load_npz, read_npz
+from quantdbg.errors import DataError, QuantDbgWarning
+from quantdbg.qdq import quantize
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    model = ms.mlp4()
+    onnx.save(model, str(folder / "m.onnx"))
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    np.savez(folder / "calib.npz", x=x)
+    np.savez(folder / "labels.npz", x=x, label=np.array([object()] * 8, dtype=object), real=np.ones(8))
+    (folder / "empty.npz").write_bytes(b"")
+    np.savez(folder / "none.npz")
+    np.savez(folder / "nosamples.npz", x=np.zeros((0, 16), np.float32))
+    np.save(folder / "single.npy", x)
+    (folder / "forged.npz").write_bytes(_forged())
+    (folder / "text.npz").write_text("x,y\n1,2\n")
+    return folder
+
+
+def _forged() -> bytes:
+    """A 400-byte .npz whose one array declares shape (4_000_000_000, 16) float32 (238 GiB)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (4_000_000_000, 16)})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(64))
+    return buffer.getvalue()
+
+
+def _sha(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+CASES = [
+    ("empty.npz", "Data file '{f}' is empty; save the arrays with numpy.savez(path, name=array)."),
+    ("none.npz", "Data file '{f}' holds no arrays; save one array per model input."),
+    ("single.npy", "Data file '{f}' is a single .npy array, not an .npz; save it with "
+                   "numpy.savez(path, input_name=array), one array per model input."),
+    ("forged.npz", "'{f}': array 'x' declares shape (4000000000, 16) of float32 (256000000000 bytes), more "
+                   "than the file holds; the file is truncated or corrupt."),
+    ("nosamples.npz", "'{f}' holds no samples (axis 0 of 'x' has length 0); save at least one sample per "
+                      "input."),
+    ("text.npz", "Cannot read '{f}' as .npz without pickle: File is not a zip file"),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), CASES, ids=[c[0] for c in CASES])
+def test_a_malformed_data_file_is_one_error_and_nothing_is_written(folder, capsys, tmp_path, name, message):
+    before = _sha(folder)
+    out = tmp_path / "q.onnx"
+    assert main(["calibrate", str(folder / "m.onnx"), "--data", str(folder / name), "--out", str(out),
+                 "--no-progress"]) == 2
+    assert capsys.readouterr().err == f"quantdbg calibrate: error: {message.format(f=folder / name)}\n"
+    assert _sha(folder) == before and not out.exists()
+
+
+def test_an_empty_eval_file_is_named_as_such(folder, capsys, tmp_path):
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval",
+                 str(folder / "nosamples.npz"), "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == (f"quantdbg analyze: error: {str(folder / 'nosamples.npz')!r} holds no "
+                                       "samples (axis 0 of 'x' has length 0); save at least one sample per "
+                                       "input.\n")
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("label", "--labels 'label': '{f}': array 'label' holds Python objects (dtype object), which are never "
+              "unpickled; save numeric arrays."),
+    ("real", "Accuracy labels must be integers, got dtype float64."),
+    ("nope", "--labels 'nope': '{f}' has no array named 'nope' (it holds ['label', 'real', 'x']); save one "
+             "array per model input under its name."),
+])
+def test_labels_that_are_objects_floats_or_missing_are_refused(folder, capsys, tmp_path, key, message):
+    before = _sha(folder)
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval",
+                 str(folder / "labels.npz"), "--labels", key, "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg analyze: error: {message.format(f=folder / 'labels.npz')}\n"
+    assert _sha(folder) == before and not (tmp_path / "r.json").exists()
+
+
+def test_a_genuine_array_at_deflates_highest_ratio_is_still_read(tmp_path):
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, x=np.zeros((4096, 64), np.float32))
+    path = tmp_path / "z.npz"
+    path.write_bytes(buffer.getvalue())
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        info = archive.infolist()[0]
+    assert info.file_size > 900 * info.compress_size  # all zeros: near deflate's limit of ~1032:1
+    assert load_npz(path).arrays["x"].shape == (4096, 64)
+
+
+def test_read_npz_reads_what_savez_wrote(tmp_path, rng):
+    arrays = {"a": rng.standard_normal((3, 2)).astype(np.float32), "b": np.arange(5, dtype=np.int64)}
+    np.savez(tmp_path / "d.npz", **arrays)
+    read = read_npz(tmp_path / "d.npz")
+    assert list(read) == ["a", "b"] and all(np.array_equal(read[k], arrays[k]) for k in arrays)
+    with pytest.raises(DataError, match=r"does not exist\.$"):
+        read_npz(tmp_path / "absent.npz")
+
+
+def test_all_zero_activations_are_named_with_what_the_engine_does(tmp_path):
+    with pytest.warns(QuantDbgWarning) as caught:
+        quantize(ms.mlp4(), {"x": np.zeros((8, 16), np.float32)}, CalibConfig("minmax"))
+    messages = sorted(str(w.message) for w in caught if issubclass(w.category, QuantDbgWarning))
+    assert messages[0] == ("Tensor 'act0' had only zeros during calibration; it gets the range +-1 (scale "
+                           "1/127): zeros stay exact in INT8, and the engine clips any value beyond +-1 at "
+                           "run time. Check that the calibration data exercises it.")
+    assert [m.split("'")[1] for m in messages] == ["act0", "act1", "act2", "x"]

@@ -1,0 +1,167 @@
+"""Every reader of a file quantdbg writes raises only the library's own errors on malformed input.
+
+Each genuine document is mutated by hypothesis (a value replaced by any JSON value, a key removed,
+a list emptied or the text cut short); the reader must return a result or raise a QuantDbgError.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import models_sensitivity as ms
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quantdbg.backends.tensorrt.inspector import parse_engine_info
+from quantdbg.config import CalibConfig
+from quantdbg.diagnostics import DoctorConfig, DoctorReport, diagnose
+from quantdbg.errors import DataError, FormatError, QuantDbgError
+from quantdbg.fallback import FallbackPlan, FallbackTarget, auto_fallback
+from quantdbg.pipeline.journal import Journal
+from quantdbg.qdq import quantize
+from quantdbg.qdq.cache import read_scales_json, write_scales_json
+from quantdbg.report import load_result
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
+from quantdbg.sensitivity.evaluator import VariantResult
+from quantdbg.sensitivity.resume import ResultsFile, SweepProgress
+
+SCALARS = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8)
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                       HealthCheck.data_too_large])
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    """Genuine JSON documents of every kind, from the four-layer MLP."""
+    folder = tmp_path_factory.mktemp("docs")
+    rng = np.random.default_rng(0)
+    model = ms.mlp4()
+    feeds = ms.feeds_for(model, rng)
+    qmodel = ms.quantize_by_hand(model, feeds, {"act1": 0.01})
+    report = analyze_sensitivity(model, qmodel, feeds, SensitivityConfig(mode="local"))
+    with VariantEvaluator(model, qmodel, feeds, "sqnr") as evaluator:
+        plan = auto_fallback(evaluator, FallbackTarget.min_sqnr(30), report=report).plan
+    doctor = diagnose(model, {"x": np.concatenate([f["x"] for f in feeds])},
+                      config=DoctorConfig(CalibConfig("minmax"),
+                                          checks=("sensitive_layers", "weight_zeroing")))
+    write_scales_json(quantize(model, feeds, CalibConfig("minmax")), folder / "scales.json")
+    progress = SweepProgress("models=a;data=b;metric=c;mode=isolated", "isolated",
+                             {"fc0": VariantResult(None, 0.5), "fc1": VariantResult(None, float("inf"))})
+    journal = Journal(folder / "auto.json", "fp")
+    journal.evaluation("a", lambda: VariantResult(None, 1.5))
+    docs = {"sensitivity": report.to_dict(), "plan": plan.to_dict(), "doctor": doctor.to_dict(),
+            "progress": progress.to_dict(), "auto-progress": json.loads((folder / "auto.json").read_text()),
+            "scales": json.loads((folder / "scales.json").read_text()),
+            "inspector": {"Layers": [{"Name": "conv", "LayerType": "Convolution", "Inputs": [
+                {"Name": "x", "Format/Datatype": "Int8"}], "Outputs": [{"Name": "y", "DataType": "Half",
+                "Format": "Linear"}], "Metadata": "[ONNX Layer: conv]", "TacticName": "t"}, "names_only"]}}
+    return docs
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*prefix, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*prefix, index))
+
+
+@st.composite
+def mutated(draw, doc):
+    """``doc`` with one to three mutations, as the text a reader sees."""
+    doc = json.loads(json.dumps(doc))
+    for _ in range(draw(st.integers(1, 3))):
+        paths = list(_paths(doc))
+        path = draw(st.sampled_from(paths))
+        action = draw(st.sampled_from(["replace", "replace", "delete", "empty"]))
+        if not path:
+            doc = draw(JSON) if action == "replace" else doc
+            continue
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        if action == "delete":
+            del parent[path[-1]]
+        elif action == "empty":
+            old = parent[path[-1]]
+            parent[path[-1]] = type(old)() if isinstance(old, (list, dict)) else None
+        else:
+            parent[path[-1]] = draw(JSON)
+    text = json.dumps(doc)
+    return text[:draw(st.integers(0, len(text)))] if draw(st.integers(0, 9)) == 0 else text
+
+
+def _fuzz(documents, kind, read, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fuzz")
+
+    @FUZZ
+    @given(mutated(documents[kind]))
+    def run(text):
+        path = Path(folder) / "f.json"
+        path.write_text(text)
+        try:
+            read(path)
+        except QuantDbgError:
+            pass  # the only errors a malformed file may give
+
+    run()
+
+
+READERS = {
+    "sensitivity": ("sensitivity", SensitivityReport.read),
+    "plan": ("plan", FallbackPlan.read),
+    "doctor": ("doctor", DoctorReport.read),
+    "load_result": ("doctor", load_result),
+    "sweep progress": ("progress", lambda p: ResultsFile.open(p, "models=a;data=b;metric=c;mode=isolated",
+                                                              "isolated")),
+    "auto progress": ("auto-progress", lambda p: Journal.open(p, "fp")),
+    "scales": ("scales", read_scales_json),
+    "inspector": ("inspector", lambda p: parse_engine_info(p.read_text())),
+}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_mutated_file_raises_only_the_librarys_errors(documents, tmp_path_factory, reader):
+    kind, read = READERS[reader]
+    _fuzz(documents, kind, read, tmp_path_factory)
+
+
+def test_the_genuine_documents_read_back(documents, tmp_path):
+    for reader, (kind, read) in READERS.items():
+        path = tmp_path / f"{reader}.json"
+        path.write_text(json.dumps(documents[kind]))
+        assert read(path) is not None, reader
+
+
+@pytest.mark.parametrize(("text", "pattern"), [
+    ('{"format": "quantdbg.sensitivity/1"}', r"^'.*r\.json': not a valid quantdbg\.sensitivity/1 document: "
+                                               r"field 'mode' is missing\."),
+    ("1", r"holds int, not a progress file or report"),
+])
+def test_the_issue_examples_name_file_and_field(tmp_path, text, pattern):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    reader = SensitivityReport.read if "format" in text else (
+        lambda p: ResultsFile.open(p, "x=1", "isolated"))
+    with pytest.raises(FormatError, match=pattern):
+        reader(path)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"scale": float("inf")}, "needs a finite positive 'scale'"),
+    ({"scale": True}, "needs a finite positive 'scale'"),
+    ({"scale": 0}, "needs a finite positive 'scale'"),
+    ({"scale": 0.5, "method": 3}, "field 'method' must be a calibrator name or null, found 3."),
+])
+def test_a_scales_file_with_a_bad_entry_names_the_tensor(tmp_path, entry, message):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"act": entry}).replace("Infinity", "1e999"))
+    with pytest.raises(DataError, match=rf"^Scales file '.*s\.json': tensor 'act'.* {message}"):
+        read_scales_json(path)
