@@ -97,9 +97,10 @@ def external_bases(model: onnx.ModelProto) -> set[str]:
     return {base_of(t) for t in all_tensors(model) if is_external(t)}
 
 
-def strip_bases(model: onnx.ModelProto) -> None:
+def strip_bases(model: onnx.ModelProto | onnx.TensorProto) -> None:
     """Removes the ``basepath`` entries (in place), for a copy handed to ONNX Runtime or saved."""
-    for tensor in all_tensors(model):
+    tensors = [model] if isinstance(model, onnx.TensorProto) else all_tensors(model)
+    for tensor in tensors:
         if is_external(tensor):
             kept = [(e.key, e.value) for e in tensor.external_data if e.key != BASE_KEY]
             del tensor.external_data[:]

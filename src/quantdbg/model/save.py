@@ -21,6 +21,7 @@ from quantdbg.model.external import (
     external_bases,
     fits_in_protobuf,
     is_external,
+    strip_bases,
     tensor_bytes,
     tensor_nbytes,
     weight_bytes,
@@ -117,16 +118,22 @@ def _wants_external(model: onnx.ModelProto, config: SaveConfig) -> bool:
         or not fits_in_protobuf(model)
 
 
-def write_external(model: onnx.ModelProto, dest: Path, location: str, size_threshold: int = 1024) -> Path:
+def write_external(model: onnx.ModelProto, dest: Path, location: str, size_threshold: int = 1024,
+                   copy_external: bool = True) -> Path:
     """Writes ``model`` as ``dest`` plus the data file ``location`` beside it, one tensor at a time.
 
-    Initializers of at least ``size_threshold`` bytes, and those the model still reads from a data
-    file, go to the new data file; attribute tensors stay in the graph. ``model`` is not modified.
+    Initializers of at least ``size_threshold`` bytes, and (``copy_external``) those the model
+    still reads from a data file, go to the new data file; without ``copy_external`` the latter keep
+    their reference, for a caller that places their data file beside ``dest`` itself. Attribute
+    tensors stay in the graph. ``model`` is not modified.
     """
     shell = _shell(model)
     with atomic_file(dest.parent / location, ModelError) as tmp, open(tmp, "wb") as data:
         for init in model.graph.initializer:
-            shell.graph.initializer.append(_stored(init, data, location, size_threshold))
+            if is_external(init) and not copy_external:
+                shell.graph.initializer.append(_reference(init))
+            else:
+                shell.graph.initializer.append(_stored(init, data, location, size_threshold))
         graph = shell.SerializeToString()  # may fail; the data file is published only after it
     return write_bytes_atomic(dest, graph)
 
@@ -155,6 +162,13 @@ def _copy_field(target: object, name: str, value: object) -> None:
         getattr(target, name).CopyFrom(value)
     else:
         setattr(target, name, value)
+
+
+def _reference(init: onnx.TensorProto) -> onnx.TensorProto:
+    out = onnx.TensorProto()
+    out.CopyFrom(init)
+    strip_bases(out)
+    return out
 
 
 def _stored(init: onnx.TensorProto, data: BinaryIO, location: str, size_threshold: int) -> onnx.TensorProto:

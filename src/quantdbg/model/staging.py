@@ -22,6 +22,7 @@ from quantdbg.model.external import (
     all_tensors,
     external_bases,
     fits_in_protobuf,
+    inline_bytes,
     is_external,
     strip_bases,
 )
@@ -54,23 +55,54 @@ class StagedModel:
 def staged(model: onnx.ModelProto) -> Iterator[StagedModel]:
     """Yields ``model`` in the form a session is built from; build the session inside the block.
 
-    Temporary files (only for a model holding more than 2 GB in memory, or reading data files from
-    several folders) are removed on exit; ONNX Runtime has read its weights by then.
+    A model holding less than :data:`SPILL_BYTES` in memory goes as bytes. A larger one (e.g. a
+    sensitivity graph with fake-quantized weights) is written to a temporary folder, its in-memory
+    tensors to a data file there, so neither a >2 GB message nor serialised copies of them are
+    made; the data files it already reads from are hard-linked beside it (copied, tensor by
+    tensor, only when a link is impossible). The folder is removed on exit: ONNX Runtime has read
+    or mapped the weights by then.
     """
     bases = external_bases(model)
-    if len(bases) <= 1 and fits_in_protobuf(model):
+    if len(bases) <= 1 and inline_bytes(model) < SPILL_BYTES:
         if not bases:
             yield StagedModel(model.SerializeToString())
             return
         graph = onnx.ModelProto()
-        graph.CopyFrom(model)  # the weights are external: this copies the graph only
+        graph.CopyFrom(model)  # the large weights are external: this copies the graph only
         strip_bases(graph)
         yield StagedModel(graph.SerializeToString(), bases.pop())
         return
     with tempfile.TemporaryDirectory(prefix="quantdbg-stage-") as tmp:
         path = Path(tmp) / "model.onnx"
-        write_external(model, path, "model.onnx.data")
+        linked = _link_data_files(model, Path(tmp))
+        write_external(model, path, _STAGED_DATA, copy_external=not linked)
         yield StagedModel(str(path))
+
+
+SPILL_BYTES = 128 * 2**20
+"""In-memory tensor bytes above which a session's model is staged as files rather than bytes."""
+_STAGED_DATA = "quantdbg_staged.data"
+
+
+def _link_data_files(model: onnx.ModelProto, folder: Path) -> bool:
+    """Hard-links the data files ``model`` reads into ``folder``; False when one cannot be linked
+    (another file system, or two folders' files of one name)."""
+    sources: dict[str, Path] = {}
+    for tensor in all_tensors(model):
+        if is_external(tensor):
+            info = {entry.key: entry.value for entry in tensor.external_data}
+            source = Path(info.get(BASE_KEY, "")) / info["location"]
+            if sources.setdefault(info["location"], source) != source or info["location"] == _STAGED_DATA:
+                return False
+    try:
+        for location, source in sources.items():
+            (folder / location).parent.mkdir(parents=True, exist_ok=True)
+            os.link(source, folder / location)
+    except OSError:
+        for location in sources:
+            (folder / location).unlink(missing_ok=True)
+        return False
+    return True
 
 
 def check_model(model: onnx.ModelProto) -> None:
