@@ -8,7 +8,15 @@ import onnxruntime as ort
 import pytest
 
 from quantdbg.errors import ConfigError, ModelError
-from quantdbg.model import SaveConfig, fits_in_protobuf, load_model, save_model, staged, tensor_array
+from quantdbg.model import (
+    SaveConfig,
+    fits_in_protobuf,
+    load_model,
+    model_bytes,
+    save_model,
+    staged,
+    tensor_array,
+)
 from quantdbg.model import staging as staging_module
 
 WIDTH = 32
@@ -107,3 +115,12 @@ def test_saving_without_external_data_past_2_gb_is_one_model_error(tmp_path):
     with pytest.raises(ModelError, match=r"exceeds protobuf's 2 GB limit and cannot be saved as one file"):
         save_model(model, tmp_path / "m.onnx", SaveConfig(external_data=False))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_lazy_model_s_identity_follows_its_weights_not_only_its_graph(stack):
+    before = b"".join(model_bytes(load_model(stack)))
+    data = stack.with_name("model.onnx.data")
+    raw = bytearray(data.read_bytes())
+    raw[100] ^= 0xFF  # one weight changes; the graph and every offset stay the same
+    data.write_bytes(bytes(raw))
+    assert b"".join(model_bytes(load_model(stack))) != before

@@ -10,6 +10,8 @@ are built from a copy without it (:mod:`quantdbg.model.staging`).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +170,31 @@ def weight_bytes(model: onnx.ModelProto) -> int:
 def inline_bytes(model: onnx.ModelProto) -> int:
     """Bytes of tensor values held in memory (external ones excluded), attributes included."""
     return sum(tensor_nbytes(t) for t in all_tensors(model) if not is_external(t))
+
+
+def model_bytes(model: onnx.ModelProto) -> Iterator[bytes]:
+    """What identifies ``model``'s content, for hashing: its serialised graph, then a digest of each
+    data file its external tensors read (a lazy model's bytes alone name its weights, not their
+    values). Raises protobuf's error past 2 GB in memory, as ``SerializeToString`` does."""
+    yield model.SerializeToString()
+    files = {Path(base_of(t)) / _info(t).get("location", "") for t in all_tensors(model) if is_external(t)}
+    for path in sorted(files):
+        try:
+            stat = path.stat()
+        except OSError:  # not readable from here: its name is all there is to go by
+            yield str(path).encode()
+            continue
+        yield _file_digest(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> bytes:
+    """SHA-256 of a data file, once per (path, size, modification time) in this process."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as data:
+        for chunk in iter(lambda: data.read(2**24), b""):
+            hasher.update(chunk)
+    return hasher.digest()
 
 
 def constant_array(constant: gs.Constant) -> np.ndarray:

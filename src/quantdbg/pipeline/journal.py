@@ -35,7 +35,7 @@ from quantdbg.calibration import CalibrationResult
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.evaluation import Comparison, OutputMetric, TaskMetric
-from quantdbg.model import ModelSource
+from quantdbg.model import ModelSource, model_bytes
 from quantdbg.pipeline.config import PHASES, Phase
 from quantdbg.pipeline.records import ChannelRange
 from quantdbg.qdq import QuantizedModel
@@ -56,7 +56,7 @@ def digest(*parts: bytes | str) -> str:
 
 def model_key(model: onnx.ModelProto) -> str:
     """The digest of a model's bytes (what an evaluation of it is stored under)."""
-    return digest(model.SerializeToString())
+    return digest(*model_bytes(model))
 
 
 @dataclass(frozen=True)
@@ -338,7 +338,8 @@ def fingerprint(model: onnx.ModelProto, calib: Iterable[Mapping[str, np.ndarray]
         A 32-digit hex digest.
     """
     hasher = hashlib.sha256()
-    hasher.update(model.SerializeToString())
+    for part in model_bytes(model):
+        hasher.update(part)
     _feeds_digest(hasher, calib)
     hasher.update(b"|eval|")
     _feeds_digest(hasher, evals)

@@ -28,7 +28,7 @@ from quantdbg.evaluation import (
     as_task_metric,
     concat_batches,
 )
-from quantdbg.model import ModelSource, as_loaded
+from quantdbg.model import ModelSource, as_loaded, model_bytes
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity.graphs import SwitchGraph, switch_graph
 
@@ -232,8 +232,9 @@ class VariantEvaluator:
     def fingerprint(self, mode: str) -> str:
         """Hash of both models, the data, the metric and ``mode``."""
         digest = hashlib.sha256()
-        digest.update(self.qmodel.model.SerializeToString())
-        digest.update(self.fp_model.SerializeToString())
+        for model in (self.qmodel.model, self.fp_model):
+            for part in model_bytes(model):
+                digest.update(part)
         digest.update(f"{mode}|{self.metric.describe()}".encode())
         for feed in self.data:
             for name in sorted(feed):
