@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -38,7 +39,10 @@ WIDTH = 4096
 N_CALIB, N_EVAL, BATCH = 64, 32, 16
 QDBG = ("floor", "quantdbg-minmax", "quantdbg-entropy", "quantdbg-analyze-local")
 PEERS = ("ort-minmax", "modelopt-max")
-CONFIGS = (*QDBG, *PEERS)
+BEFORE = ("before:quantdbg-minmax",)
+"""quantdbg's calibration from another source tree (``--before SRC``), e.g. the commit before
+external weights stayed lazy: ``git archive COMMIT src | tar -x -C /tmp/before``."""
+CONFIGS = (*QDBG, *PEERS, *BEFORE)
 TITLE = "Large models"
 
 
@@ -114,8 +118,8 @@ def child(config: str, folder: str, result: str) -> None:
         t0 = time.perf_counter()
         if config == "floor":
             _floor(model, src)
-        elif config.startswith("quantdbg"):
-            _quantdbg(config, model, src, out)
+        elif config.startswith(("quantdbg", "before:")):
+            _quantdbg(config.removeprefix("before:"), model, src, out)
         elif config == "ort-minmax":
             _ort(model, src, out)
         else:
@@ -147,15 +151,31 @@ def measure(args: argparse.Namespace) -> dict:
         with tempfile.TemporaryDirectory(prefix="qdbg_large_model_") as tmp:
             weights = _generate(Path(tmp), gb)
             for config in args.configs:
-                python = Path(args.peers_python) if config in PEERS else Path(sys.executable)
-                script = str(Path(__file__).resolve())
-                run = _bench.run_child(python, [script, "--child", config, "--folder", tmp],
-                                       Path(args.logs) / f"{gb}_{config}.log", args.mem_gib, args.timeout)
+                if config in BEFORE and not args.before:
+                    continue
+                run = _run(config, tmp, gb, args)
                 rec = {"size_gb": gb, "weight_bytes": weights, "config": config, **run.to_dict()}
                 results["runs"].append(rec)
                 print(f"{gb} GB {config}: {run.status} {run.wall_s:.1f} s, {run.peak_rss_mib / 1024:.2f} GiB "
                       f"{run.error}", flush=True)
     return results
+
+
+def _run(config: str, folder: str, gb: float, args: argparse.Namespace) -> _bench.ChildRun:
+    python = Path(args.peers_python) if config in PEERS else Path(sys.executable)
+    saved = os.environ.get("PYTHONPATH")
+    if config in BEFORE:  # the child imports quantdbg from the other source tree
+        os.environ["PYTHONPATH"] = str(Path(args.before) / "src")
+    try:
+        script = str(Path(__file__).resolve())
+        return _bench.run_child(python, [script, "--child", config, "--folder", folder],
+                                Path(args.logs) / f"{gb}_{config.replace(':', '_')}.log", args.mem_gib,
+                                args.timeout)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _cell(run: dict, floor: dict | None) -> str:
@@ -180,7 +200,9 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
              f"Setting: MatMul stacks of {WIDTH} x {WIDTH} float32 layers, {N_CALIB} calibration samples "
              f"(analyze: {N_EVAL} evaluation samples), batch {BATCH}, ONNX Runtime on one intra-op thread, "
              f"address space capped at {args.mem_gib} GiB per run.", "",
-             "Cell = peak RSS / weight bytes and wall time / the FP32 floor's (peak RSS, wall time).", "",
+             "Cell = peak RSS / weight bytes and wall time / the FP32 floor's (peak RSS, wall time). "
+             "quantdbg's analyze row includes its calibration (minmax), as `quantdbg analyze` does"
+             + (f"; `before:` rows run the source tree of {args.before_label}." if args.before else "."), "",
              "| configuration | " + " | ".join(f"{gb} GB ({weights[gb] / 2**30:.2f} GiB)" for gb in sizes)
              + " |",
              "|---|" + "---|" * len(sizes)]
@@ -202,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--peers-python", default="/work/peers_venv/bin/python")
     parser.add_argument("--logs", default=str(Path(tempfile.gettempdir()) / "qdbg_large_logs"))
+    parser.add_argument("--before", metavar="DIR", help="A source tree (DIR/src) whose calibration is "
+                        "measured too, as before:quantdbg-minmax.")
+    parser.add_argument("--before-label", default="the --before tree", help="How the section names it.")
     parser.add_argument("--json", help="Write the raw measurements here.")
     parser.add_argument("--md", help="Write the section to this RESULTS.md.")
     args = parser.parse_args(argv)

@@ -123,6 +123,8 @@ class VariantEvaluator:
     def _run_all(self, model: onnx.ModelProto, extra: Mapping[str, np.ndarray], runner: Runner | None = None,
                  batches: int | None = None) -> list[dict[str, np.ndarray]]:
         own = runner is None
+        if own:  # one session alive at a time: the switchable graph's is rebuilt when next needed
+            self.close()
         runner = runner or self.runner_factory(model)
         try:
             runner.activate()
