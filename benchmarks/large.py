@@ -186,6 +186,20 @@ def _cell(run: dict, floor: dict | None) -> str:
     return f"{rss:.2f}x / {wall} ({run['peak_rss_mib'] / 1024:.2f} GiB, {run['wall_s']:.0f} s)"
 
 
+def _measuring_argv() -> list[str]:
+    """This command line without the options that only render (so a re-render names the run)."""
+    argv, out = sys.argv[1:], []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--from-json", "--md"):
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
 def markdown(results: dict, args: argparse.Namespace) -> str:
     sizes = sorted({r["size_gb"] for r in results["runs"]})
     configs = [c for c in CONFIGS if any(r["config"] == c for r in results["runs"])]
@@ -193,7 +207,7 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
     weights = {gb: next(r["weight_bytes"] for r in results["runs"] if r["size_gb"] == gb) for gb in sizes}
     m = results["machine"]
     lines = ["Command (repo root):", "", "```",
-             f"# commit {results['commit']}", " ".join(["python benchmarks/large.py", *sys.argv[1:]]),
+             f"# commit {results['commit']}", " ".join(["python benchmarks/large.py", *_measuring_argv()]),
              "```", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, shared with other work while "
              f"measured (1-min load average {m['loadavg'][0]:.1f} at the start), so wall times are noisy.",
@@ -229,12 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-label", default="the --before tree", help="How the section names it.")
     parser.add_argument("--json", help="Write the raw measurements here.")
     parser.add_argument("--md", help="Write the section to this RESULTS.md.")
+    parser.add_argument("--from-json", metavar="FILE", help="Render measurements --json wrote; run nothing.")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.folder, args.result)
         return 0
-    results = measure(args)
-    if args.json:
+    results = json.loads(Path(args.from_json).read_text()) if args.from_json else measure(args)
+    if args.json and not args.from_json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     text = markdown(results, args)
     print(text)

@@ -43,11 +43,19 @@ class StagedModel:
 
     source: str | bytes
     folder: str | None = None
+    spilled: bool = False
 
     def configure(self, options: Any) -> Any:
-        """Adds what the session needs to find the weights to ``onnxruntime.SessionOptions``."""
+        """Adds what the session needs to find the weights to ``onnxruntime.SessionOptions``.
+
+        A model that held large weights in memory (spilled) also gets ONNX Runtime's CPU arena
+        turned off: the arena keeps the largest run's allocations (e.g. If nodes that output a
+        weight copy it) for the session's life, which for such a model is a copy of its weights.
+        """
         if self.folder is not None:
             options.add_session_config_entry(EXTERNAL_FOLDER_KEY, self.folder)
+        if self.spilled:
+            options.enable_cpu_mem_arena = False
         return options
 
 
@@ -76,7 +84,7 @@ def staged(model: onnx.ModelProto) -> Iterator[StagedModel]:
         path = Path(tmp) / "model.onnx"
         linked = _link_data_files(model, Path(tmp))
         write_external(model, path, _STAGED_DATA, copy_external=not linked)
-        yield StagedModel(str(path))
+        yield StagedModel(str(path), spilled=True)
 
 
 SPILL_BYTES = 128 * 2**20
