@@ -224,7 +224,34 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
         cells = [_cell(index[(gb, config)], index.get((gb, "floor"))) if (gb, config) in index else "-"
                  for gb in sizes]
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *_reading(index, sizes)]) + "\n"
+
+
+def _ratio(run: dict | None) -> float | None:
+    return run["peak_rss_mib"] * 2**20 / run["weight_bytes"] if run and run["status"] == "ok" else None
+
+
+def _reading(index: dict, sizes: list[float]) -> list[str]:
+    """What the table says, computed from it; the largest model for 24 GiB extrapolates the
+    largest size's peak RSS / weights (peak RSS grows with the weights, the rest is ~0.1 GiB)."""
+    top = sizes[-1]
+    lines = ["Reading:", ""]
+    after, before = index.get((top, "quantdbg-minmax")), index.get((top, "before:quantdbg-minmax"))
+    if _ratio(after) and _ratio(before):
+        lines.append(f"- quantdbg calibrate at {top} GB: peak RSS {_ratio(before):.2f}x -> "
+                     f"{_ratio(after):.2f}x the weights, wall {before['wall_s']:.0f} s -> "
+                     f"{after['wall_s']:.0f} s: the weights stay in their data file, ONNX Runtime reads "
+                     "them from there, the output streams them to `OUT.onnx.data`.")
+    lines.append("- Largest model that fits 24 GiB (extrapolated from the largest size measured, not run):")
+    for config in ("quantdbg-minmax", "quantdbg-analyze-local", "ort-minmax", "modelopt-max"):
+        ratio = _ratio(index.get((top, config)))
+        if ratio:
+            lines.append(f"  - {config}: ~{24 / ratio:.0f} GiB of weights")
+    lines.append("- quantdbg analyze (local) is above its goal of the same order as calibrate: its graphs "
+                 "hold fake-quantized copies of the weights (in memory and in the session), and the "
+                 "output-space ranking's switchable graph selects weights with If nodes, which copy them "
+                 "at every run.")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
