@@ -1,12 +1,11 @@
 """ONNX Runtime backend: CPU by default, CUDA/TensorRT execution providers when installed."""
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -15,7 +14,7 @@ import onnx
 from quantdbg._json import Serializable
 from quantdbg.backends.base import Runner, RunnerFactory
 from quantdbg.errors import BackendError, ConfigError, QuantDbgError, unknown
-from quantdbg.model import TensorSpec, fits_in_protobuf, input_specs, output_specs
+from quantdbg.model import StagedModel, TensorSpec, input_specs, output_specs, staged
 
 Provider = Literal["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
 PROVIDERS: tuple[str, ...] = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -138,9 +137,9 @@ class OnnxrtRunner(Runner):
         if not self.config.fuse_qdq:
             options.add_session_config_entry("session.disable_quant_qdq", "1")
         try:
-            with tempfile.TemporaryDirectory(prefix="quantdbg-ort-") as tmp:
-                source = self._session_source(Path(tmp))
-                self._session = ort.InferenceSession(source, options, providers=list(self.config.providers))
+            with self._staged() as stage:
+                self._session = ort.InferenceSession(stage.source, stage.configure(options),
+                                                     providers=list(self.config.providers))
         except QuantDbgError:
             raise
         except Exception as err:  # ORT raises its own pybind exception types
@@ -152,16 +151,12 @@ class OnnxrtRunner(Runner):
                                "fell back to another provider); check its CUDA/TensorRT libraries, or "
                                "use OrtConfig(providers=('CPUExecutionProvider',)).")
 
-    def _session_source(self, tmp: Path) -> str | bytes:
+    def _staged(self) -> contextlib.AbstractContextManager[StagedModel]:
+        """A path is handed to ONNX Runtime as it is; a ModelProto is staged without copying its
+        external weights (:func:`quantdbg.model.staged`)."""
         if not isinstance(self.model, onnx.ModelProto):
-            return str(self.model)
-        if fits_in_protobuf(self.model):
-            return self.model.SerializeToString()
-        path = tmp / "model.onnx"  # protobuf cannot serialise >2 GB: weights go beside the file
-        copy = onnx.ModelProto()
-        copy.CopyFrom(self.model)  # onnx.save rewrites the initializers it externalises
-        onnx.save(copy, str(path), save_as_external_data=True, location="weights.bin")
-        return str(path)
+            return contextlib.nullcontext(StagedModel(str(self.model)))
+        return staged(self.model)
 
     def _check_providers(self, ort: Any) -> None:
         available = ort.get_available_providers()

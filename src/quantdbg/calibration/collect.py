@@ -31,7 +31,7 @@ from quantdbg.data import (
 )
 from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
 from quantdbg.execution import Executor
-from quantdbg.model import ModelSource, as_loaded, input_specs
+from quantdbg.model import ModelSource, as_loaded, input_specs, staged
 
 logger = logging.getLogger(__name__)
 
@@ -329,8 +329,10 @@ def open_session(model: onnx.ModelProto, options: Any, purpose: str) -> Any:
     import onnxruntime as ort  # core dependency, imported here to keep `import quantdbg.calibration` cheap
 
     try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=options,
-                                    providers=["CPUExecutionProvider"])
+        with staged(model) as stage:  # external weights are read from their file, not re-serialised
+            options = stage.configure(options if options is not None else ort.SessionOptions())
+            return ort.InferenceSession(stage.source, sess_options=options,
+                                        providers=["CPUExecutionProvider"])
     except Exception as err:  # ORT raises its own exception types
         raise BackendError(f"ONNX Runtime could not load the model with {purpose} outputs: {err}") from err
 

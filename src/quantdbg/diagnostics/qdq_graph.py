@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from quantdbg.model import WEIGHTED_OPS, computed_constants
+from quantdbg.model import WEIGHTED_OPS, computed_constants, tensor_array
 from quantdbg.quant_math import QMAX, channel_scale, fake_quant, sqnr_db, weight_axis
 
 CLIP_TOLERANCE = 0.01
@@ -33,7 +32,7 @@ def attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
 def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     for attribute in node.attribute:
         if attribute.name == "value":
-            return numpy_helper.to_array(attribute.t)
+            return tensor_array(attribute.t)
     return None
 
 
@@ -63,7 +62,7 @@ class QdqGraph:
         self.outputs = {vi.name for vi in graph.output}
         self.producer: dict[str, onnx.NodeProto] = {}
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        self.constants: dict[str, np.ndarray] = {init.name: numpy_helper.to_array(init)
+        self.constants: dict[str, np.ndarray] = {init.name: tensor_array(init)
                                                   for init in graph.initializer}
         for node in self.nodes:
             for name in node.output:

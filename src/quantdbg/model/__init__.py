@@ -7,9 +7,15 @@
 * :mod:`~quantdbg.model.names`: node naming and fresh names;
 * :mod:`~quantdbg.model.graph`: the only ModelProto <-> onnx-graphsurgeon boundary;
 * :mod:`~quantdbg.model.specs`: graph input and output specs;
-* :mod:`~quantdbg.model.save`: atomic saving.
+* :mod:`~quantdbg.model.external`: weights kept in their data file, read on demand;
+* :mod:`~quantdbg.model.staging`: ONNX Runtime sessions and the checker without >2 GB messages;
+* :mod:`~quantdbg.model.save`: atomic saving, with a data file for large models (:class:`SaveConfig`).
 """
 from quantdbg._exports import public_names as _public_names
+from quantdbg.model.external import fits_in_protobuf as fits_in_protobuf
+from quantdbg.model.external import model_bytes as model_bytes
+from quantdbg.model.external import tensor_array as tensor_array
+from quantdbg.model.external import weight_bytes as weight_bytes
 from quantdbg.model.graph import constant_values as constant_values
 from quantdbg.model.graph import to_graph as to_graph
 from quantdbg.model.graph import to_model as to_model
@@ -18,7 +24,6 @@ from quantdbg.model.load import QUANTIZED_OP_TYPES as QUANTIZED_OP_TYPES
 from quantdbg.model.load import LoadedModel as LoadedModel
 from quantdbg.model.load import ModelSource as ModelSource
 from quantdbg.model.load import as_loaded as as_loaded
-from quantdbg.model.load import fits_in_protobuf as fits_in_protobuf
 from quantdbg.model.load import load_model as load_model
 from quantdbg.model.load import opset_of as opset_of
 from quantdbg.model.load import quantized_nodes as quantized_nodes
@@ -27,10 +32,14 @@ from quantdbg.model.names import check_node_globs as check_node_globs
 from quantdbg.model.names import name_graph_nodes as name_graph_nodes
 from quantdbg.model.names import name_nodes as name_nodes
 from quantdbg.model.names import node_names as node_names
+from quantdbg.model.save import SaveConfig as SaveConfig
 from quantdbg.model.save import save_model as save_model
 from quantdbg.model.specs import TensorSpec as TensorSpec
 from quantdbg.model.specs import input_specs as input_specs
 from quantdbg.model.specs import output_specs as output_specs
+from quantdbg.model.staging import StagedModel as StagedModel
+from quantdbg.model.staging import check_model as check_model
+from quantdbg.model.staging import staged as staged
 from quantdbg.model.weights import WEIGHTED_OPS as WEIGHTED_OPS
 from quantdbg.model.weights import FoldedWeight as FoldedWeight
 from quantdbg.model.weights import computed_constants as computed_constants

@@ -5,15 +5,20 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from quantdbg.model.external import constant_array
+
 
 def constant_values(tensor: gs.Tensor) -> np.ndarray | None:
-    """Values of an initializer or of a Constant node's output, else None."""
+    """Values of an initializer or of a Constant node's output, else None.
+
+    External weights are read from their data file each time, never cached in the graph.
+    """
     if isinstance(tensor, gs.Constant):
-        return np.asarray(tensor.values)
+        return constant_array(tensor)
     producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     if producer is not None and producer.op == "Constant" \
             and isinstance(producer.attrs.get("value"), gs.Constant):
-        return np.asarray(producer.attrs["value"].values)
+        return constant_array(producer.attrs["value"])
     return None
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,9 @@ from google.protobuf.message import DecodeError
 from onnx import shape_inference, version_converter
 
 from quantdbg.errors import ModelError, QuantDbgError
+from quantdbg.model.external import check_data_files, fits_in_protobuf, mark_lazy  # noqa: F401 (re-exported)
 from quantdbg.model.names import name_nodes
+from quantdbg.model.staging import check_model
 from quantdbg.model.weights import FoldedWeight, fold_weights, summarize_folded
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ QUANTIZED_OP_TYPES = frozenset({
     "QLinearLeakyRelu", "QLinearAveragePool", "QLinearSoftmax", "ConvInteger", "MatMulInteger",
     "QGemm", "QAttention", "DynamicQuantizeMatMul",
 })
-_TWO_GB = 2**31 - 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,13 +67,15 @@ def load_model(source: ModelSource, *, allow_quantized: bool = False) -> onnx.Mo
     """Loads, checks and normalises an FP32 ONNX model without touching the source.
 
     Args:
-        source: A path to a ``.onnx`` file (external data beside it is loaded), a ModelProto
+        source: A path to a ``.onnx`` file (external data beside it stays
+            there, read on demand: :mod:`quantdbg.model.external`), a ModelProto
             (copied, never modified), or a :class:`LoadedModel` (returned as it is, not re-checked).
         allow_quantized: Accept a model that already holds Q/DQ or QLinear ops (for analysing
             models quantized elsewhere).
 
     Returns:
-        A new ModelProto at opset >= 13 with inferred shapes, weights in memory, every node
+        A new ModelProto at opset >= 13 with inferred shapes, weights in memory or in
+        their data file (read on demand), every node
         named (:func:`~quantdbg.model.name_nodes`) and, unless it holds Q/DQ or QLinear ops,
         every weight folded into an initializer (see :attr:`LoadedModel.folded`).
 
@@ -170,8 +172,9 @@ def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     except Exception as err:  # protobuf raises several unrelated types
         raise ModelError(f"Cannot parse {str(path)!r} as an ONNX model: {err}") from err
     _check_external_locations(model, path.parent)
+    mark_lazy(model, path.parent)  # weights stay in their data file until a stage needs them
     try:
-        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+        check_data_files(model)
     except (OSError, ValueError) as err:
         raise ModelError(f"Cannot load the external weights of {str(path)!r}: {err}") from err
     return model
@@ -214,30 +217,9 @@ def _convert_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     return converted
 
 
-def fits_in_protobuf(model: onnx.ModelProto) -> bool:
-    """True when ``model`` serialises to under 2 GB (the protobuf limit for in-memory checks).
-
-    ``ByteSize()`` walks the whole message (about 0.3 s for a 90 MB model), so the weights'
-    payload is summed first and the exact size is asked for only near the limit.
-    """
-    payload = sum(len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * len(t.int64_data)
-                  for t in model.graph.initializer)
-    if payload < _TWO_GB // 2:
-        return True
-    return model.ByteSize() < _TWO_GB
-
-
 def _checked(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        if fits_in_protobuf(model):
-            onnx.checker.check_model(model)
-        else:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "model.onnx"
-                copy = onnx.ModelProto()
-                copy.CopyFrom(model)  # onnx.save rewrites the initializers it externalises
-                onnx.save(copy, str(path), save_as_external_data=True, location="weights.bin")
-                onnx.checker.check_model(str(path))
+        check_model(model)  # by path when the weights are external or past 2 GB
     except onnx.checker.ValidationError as err:
         raise ModelError(f"The ONNX checker rejected the model: {err}") from err
     return model

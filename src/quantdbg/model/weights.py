@@ -26,6 +26,7 @@ from onnx_graphsurgeon.logger import G_LOGGER
 
 from quantdbg._json import Serializable
 from quantdbg.errors import ModelError
+from quantdbg.model.external import constant_array
 from quantdbg.model.graph import to_graph, to_model
 from quantdbg.model.names import name_graph_nodes
 
@@ -169,16 +170,27 @@ def _evaluate(graph: gs.Graph, chains: Mapping[str, list[gs.Node]]) -> dict[str,
     values: dict[str, np.ndarray] = {}
     for partitioning in (None, "recursive"):
         clone = graph.copy()
+        _load_chain_inputs(clone, folding)
         with _quiet_graphsurgeon():
             clone.fold_constants(fold_shapes=False, recurse_subgraphs=False, flatten_subgraphs=False,
                                  partitioning=partitioning, size_threshold=sys.maxsize,
                                  should_exclude_node=lambda node: node.name not in folding)
         tensors = clone.tensors()
-        values = {name: np.asarray(tensors[name].values) for name in chains
+        values = {name: constant_array(tensors[name]) for name in chains
                   if isinstance(tensors.get(name), gs.Constant)}
         if len(values) == len(chains):
             break
     return values
+
+
+def _load_chain_inputs(graph: gs.Graph, folding: set[str]) -> None:
+    """Reads the external weights the folded nodes use into ``graph`` (a copy): the folding
+    evaluates them in ONNX Runtime, which does not know their data file's folder."""
+    for node in graph.nodes:
+        if node.name in folding:
+            for tensor in node.inputs:
+                if isinstance(tensor, gs.Constant):
+                    tensor.values = constant_array(tensor)
 
 
 def _chain_record(node: str, index: int, tensor: str, chain: list[gs.Node], order: Mapping[int, int]

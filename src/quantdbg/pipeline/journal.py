@@ -36,7 +36,7 @@ from quantdbg.calibration import CalibrationResult
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.evaluation import Comparison, OutputMetric, TaskMetric
-from quantdbg.model import ModelSource
+from quantdbg.model import ModelSource, model_bytes
 from quantdbg.pipeline.config import PHASES, Phase
 from quantdbg.pipeline.records import ChannelRange
 from quantdbg.qdq import QuantizedModel
@@ -57,7 +57,7 @@ def digest(*parts: bytes | str) -> str:
 
 def model_key(model: onnx.ModelProto) -> str:
     """The digest of a model's bytes (what an evaluation of it is stored under)."""
-    return digest(model.SerializeToString())
+    return digest(*model_bytes(model))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from quantdbg.model import (
     ModelSource,
     UniqueNames,
     as_loaded,
-    fits_in_protobuf,
+    check_model,
+    constant_values,
     to_graph,
     to_model,
 )
@@ -120,7 +121,7 @@ def _weight_scale(weight: gs.Tensor, target: QuantTarget) -> np.ndarray:
     if not isinstance(weight, gs.Constant):
         raise ModelError(f"Weight input {target.input_index} ({target.tensor!r}) of node {target.node!r} "
                          "is not an initializer; re-plan with plan_qdq() on this model.")
-    values = np.asarray(weight.values, np.float32)
+    values = np.asarray(constant_values(weight), np.float32)
     if not np.all(np.isfinite(values)):
         raise ModelError(f"Weight {target.tensor!r} of node {target.node!r} holds NaN or Inf values; "
                          "fix the model's weights before quantizing.")
@@ -152,8 +153,7 @@ def _insert_pair(graph: gs.Graph, node: gs.Node, target: QuantTarget, scale: np.
 
 def _checked(model: onnx.ModelProto) -> None:
     try:
-        if fits_in_protobuf(model):
-            onnx.checker.check_model(model)
+        check_model(model)  # by path when the weights are external or past 2 GB
     except onnx.checker.ValidationError as err:  # a bug in quantdbg, not a user error
         raise AssertionError(f"quantdbg produced an invalid ONNX model: {err}") from err
 

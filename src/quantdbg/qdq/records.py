@@ -13,7 +13,7 @@ import onnx
 
 from quantdbg import _display, _json
 from quantdbg.config import Precision, TensorKind
-from quantdbg.model import save_model
+from quantdbg.model import SaveConfig, save_model
 from quantdbg.quant_math import QMAX
 
 if TYPE_CHECKING:
@@ -96,11 +96,13 @@ class QuantizedModel(_display.Displayable):
         """The records of the pairs feeding ``node`` (empty when it is not quantized)."""
         return tuple(r for r in self.records if r.node == node)
 
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, config: SaveConfig | None = None) -> Path:
         """Writes the Q/DQ model atomically (see :func:`quantdbg.model.save_model`).
 
         Args:
             path: Destination ``.onnx`` path; its folder must exist.
+            config: When and where the weights go to a data file beside it (default: when the
+                FP32 input kept them in one, or past :attr:`SaveConfig.threshold_bytes`).
 
         Returns:
             The destination path.
@@ -108,7 +110,7 @@ class QuantizedModel(_display.Displayable):
         Raises:
             ModelError: The destination folder does not exist.
         """
-        return save_model(self.model, path)
+        return save_model(self.model, path, config)
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the provenance (records and excluded nodes, not the model bytes) as JSON-ready data."""

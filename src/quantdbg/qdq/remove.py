@@ -152,7 +152,7 @@ def _to_fp16(graph: gs.Graph, node: gs.Node, names: UniqueNames) -> None:
 
 def _half(constant: gs.Constant, node: str) -> np.ndarray:
     """float16 copy of an initializer, saturated (not turned into inf) beyond float16's range."""
-    values = np.asarray(constant.values, np.float32)
+    values = np.asarray(constant_values(constant), np.float32)
     limit = float(np.finfo(np.float16).max)
     if np.any(np.abs(values[np.isfinite(values)]) > limit):
         warnings.warn(f"Initializer {constant.name!r} of node {node!r} holds values beyond float16's "

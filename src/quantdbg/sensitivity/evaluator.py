@@ -28,7 +28,7 @@ from quantdbg.evaluation import (
     as_task_metric,
     concat_batches,
 )
-from quantdbg.model import ModelSource, as_loaded
+from quantdbg.model import ModelSource, as_loaded, model_bytes
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity.graphs import SwitchGraph, switch_graph
 
@@ -123,6 +123,8 @@ class VariantEvaluator:
     def _run_all(self, model: onnx.ModelProto, extra: Mapping[str, np.ndarray], runner: Runner | None = None,
                  batches: int | None = None) -> list[dict[str, np.ndarray]]:
         own = runner is None
+        if own:  # one session alive at a time: the switchable graph's is rebuilt when next needed
+            self.close()
         runner = runner or self.runner_factory(model)
         try:
             runner.activate()
@@ -237,9 +239,10 @@ class VariantEvaluator:
         return float(self.metric.from_outputs(ref, ref))
 
     def fingerprint(self, mode: str) -> str:
-        """What decides the scores, per ingredient: both models' bytes, the data, the metric's full
-        identity (:meth:`~quantdbg.evaluation.TaskMetric.identity`) and ``mode``."""
-        models = digest(self.qmodel.model.SerializeToString(), self.fp_model.SerializeToString())
+        """What decides the scores, per ingredient: both models (a lazy model's data files included),
+        the data, the metric's full identity (:meth:`~quantdbg.evaluation.TaskMetric.identity`) and
+        ``mode``."""
+        models = digest(*model_bytes(self.qmodel.model), *model_bytes(self.fp_model))
         return compose({"models": models, "data": feeds_digest(self.data),
                         "metric": digest(self.metric.identity()), "mode": mode})
 

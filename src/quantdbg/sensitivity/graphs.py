@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
-from quantdbg.model import UniqueNames
+from quantdbg.model import UniqueNames, tensor_array
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
 
@@ -48,12 +48,12 @@ def _constant(model: onnx.ModelProto, name: str) -> np.ndarray | None:
     """Values of an initializer or a Constant node's output named ``name``."""
     for init in model.graph.initializer:
         if init.name == name:
-            return numpy_helper.to_array(init)
+            return tensor_array(init)
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] == name:
             for attr in node.attribute:
                 if attr.name == "value":
-                    return numpy_helper.to_array(attr.t)
+                    return tensor_array(attr.t)
     return None
 
 

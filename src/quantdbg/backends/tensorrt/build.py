@@ -19,10 +19,10 @@ from quantdbg._io import write_bytes_atomic
 from quantdbg.backends.tensorrt.bindings import load_tensorrt, trt
 from quantdbg.backends.tensorrt.config import TrtConfig, resolve_profile
 from quantdbg.errors import BackendError, QuantDbgWarning, unknown
-from quantdbg.model import ModelSource, input_specs, load_model, save_model
+from quantdbg.model import ModelSource, fits_in_protobuf, input_specs, load_model, save_model
+from quantdbg.model.external import external_bases
 
 _LOG = logging.getLogger(__name__)
-_TWO_GB = 2**31 - 1
 
 
 class TrtLogger:
@@ -68,9 +68,9 @@ def _make_trt_logger(sink: TrtLogger) -> trt.ILogger:
 
 
 def _parse(parser: trt.OnnxParser, model: onnx.ModelProto) -> None:
-    if model.ByteSize() < _TWO_GB:
+    if fits_in_protobuf(model) and not external_bases(model):
         ok = parser.parse(model.SerializeToString())
-    else:  # protobuf cannot serialise > 2 GB to bytes; the parser reads external weights from disk
+    else:  # weights past 2 GB, or still in the input's data file: the parser reads them from disk
         with tempfile.TemporaryDirectory() as tmp:
             path = save_model(model, Path(tmp) / "model.onnx")
             ok = parser.parse_from_file(str(path))

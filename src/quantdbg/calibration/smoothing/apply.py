@@ -14,7 +14,15 @@ from quantdbg.calibration.smoothing.migrate import absmax_for, migrate
 from quantdbg.calibration.smoothing.plan import plan_groups
 from quantdbg.calibration.smoothing.result import SmoothingResult
 from quantdbg.data import DataSource, as_model_data
-from quantdbg.model import ModelSource, UniqueNames, as_loaded, fits_in_protobuf, to_graph, to_model
+from quantdbg.model import (
+    ModelSource,
+    UniqueNames,
+    as_loaded,
+    check_model,
+    fits_in_protobuf,
+    to_graph,
+    to_model,
+)
 
 
 def smooth(model: ModelSource, data: DataSource, config: SmoothingConfig = DEFAULT_SMOOTHING, *,
@@ -105,7 +113,7 @@ def _checked(smoothed: onnx.ModelProto) -> onnx.ModelProto:
     memory; ONNX Runtime infers shapes later)."""
     if fits_in_protobuf(smoothed):
         try:
-            onnx.checker.check_model(smoothed)
+            check_model(smoothed)
             smoothed = onnx.shape_inference.infer_shapes(smoothed)
         except Exception as err:  # a bug in quantdbg, not a user error
             raise AssertionError(f"smoothing produced an invalid ONNX model: {err}") from err

@@ -7,12 +7,12 @@ from typing import Literal
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
+from quantdbg.model import tensor_array
 from quantdbg.qdq import QuantizedModel
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, zeroed_fraction
 
@@ -64,7 +64,7 @@ def weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> list[We
     for record in qmodel.records:
         if record.kind is not TensorKind.WEIGHT or record.tensor not in inits:
             continue
-        w = numpy_helper.to_array(inits[record.tensor]).astype(np.float64)
+        w = tensor_array(inits[record.tensor]).astype(np.float64)
         if w.size == 0:
             continue
         amax = float(np.abs(w).max())

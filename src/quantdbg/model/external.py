@@ -1,0 +1,210 @@
+"""Lazy external weights: a model read from a file keeps its external weights in their data file.
+
+Protobuf cannot hold more than 2 GB, and a copy of every weight in memory is what makes large
+models expensive, so :func:`~quantdbg.model.load_model` leaves tensors stored as external data
+where they are. Each such tensor records the folder its ``location`` is relative to under onnx's
+own ``basepath`` external-data key, so the tensor stays readable wherever it travels (a copy, an
+onnx-graphsurgeon graph, a variant built for sensitivity analysis) and only the weights a stage
+needs are read, one at a time (:func:`tensor_array`). ONNX Runtime does not know that key: sessions
+are built from a copy without it (:mod:`quantdbg.model.staging`).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import external_data_helper, numpy_helper
+from onnx_graphsurgeon.ir.tensor import LazyValues
+
+TWO_GB = 2**31 - 1
+"""Protobuf's limit on one serialised message."""
+BASE_KEY = "basepath"
+"""The external-data key (part of onnx's spec) naming the folder ``location`` is relative to."""
+
+
+def all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto of ``model``: initializers and node attributes, subgraphs included."""
+    return external_data_helper._get_all_tensors(model)
+
+
+def is_external(tensor: onnx.TensorProto) -> bool:
+    """True when the tensor's values live in an external data file."""
+    return external_data_helper.uses_external_data(tensor)
+
+
+def _info(tensor: onnx.TensorProto) -> dict[str, str]:
+    return {entry.key: entry.value for entry in tensor.external_data}
+
+
+def base_of(tensor: onnx.TensorProto) -> str:
+    """The folder an external tensor's ``location`` is relative to ("" when not recorded)."""
+    return _info(tensor).get(BASE_KEY, "")
+
+
+def mark_lazy(model: onnx.ModelProto, base: str | os.PathLike) -> int:
+    """Records ``base`` as the folder of every external tensor of ``model`` (in place).
+
+    Call it only after the locations were checked to stay inside ``base`` (the loader does).
+
+    Returns:
+        The number of external tensors.
+    """
+    folder = str(Path(base).resolve())
+    count = 0
+    for tensor in all_tensors(model):
+        if is_external(tensor):
+            _set_entry(tensor, BASE_KEY, folder)
+            count += 1
+    return count
+
+
+def _set_entry(tensor: onnx.TensorProto, key: str, value: str) -> None:
+    for entry in tensor.external_data:
+        if entry.key == key:
+            entry.value = value
+            return
+    entry = tensor.external_data.add()
+    entry.key, entry.value = key, value
+
+
+def check_data_files(model: onnx.ModelProto) -> None:
+    """Checks that every external tensor's bytes lie inside its data file (without reading them).
+
+    Raises:
+        OSError: A data file is missing or unreadable.
+        ValueError: A tensor's offset and length run past the end of its data file.
+    """
+    sizes: dict[Path, int] = {}
+    for tensor in all_tensors(model):
+        if not is_external(tensor):
+            continue
+        info = _info(tensor)
+        path = Path(info.get(BASE_KEY, "")) / info.get("location", "")
+        if path not in sizes:
+            sizes[path] = path.stat().st_size
+        end = int(info.get("offset", 0)) + tensor_nbytes(tensor)
+        if end > sizes[path]:
+            raise ValueError(f"tensor {tensor.name!r} needs bytes up to {end} of {str(path)!r}, "
+                             f"which holds {sizes[path]}")
+
+
+def external_bases(model: onnx.ModelProto) -> set[str]:
+    """The folders the external tensors of ``model`` read from."""
+    return {base_of(t) for t in all_tensors(model) if is_external(t)}
+
+
+def strip_bases(model: onnx.ModelProto | onnx.TensorProto) -> None:
+    """Removes the ``basepath`` entries (in place), for a copy handed to ONNX Runtime or saved."""
+    tensors = [model] if isinstance(model, onnx.TensorProto) else all_tensors(model)
+    for tensor in tensors:
+        if is_external(tensor):
+            kept = [(e.key, e.value) for e in tensor.external_data if e.key != BASE_KEY]
+            del tensor.external_data[:]
+            for key, value in kept:
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+
+
+def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """The values of ``tensor``, read from its data file when external (the tensor is unchanged)."""
+    return numpy_helper.to_array(tensor, base_dir=base_of(tensor) if is_external(tensor) else "")
+
+
+def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
+    """The tensor's values as raw little-endian bytes (ONNX's ``raw_data`` layout)."""
+    if is_external(tensor):
+        info = _info(tensor)
+        with open(Path(info.get(BASE_KEY, "")) / info["location"], "rb") as data:
+            data.seek(int(info.get("offset", 0)))
+            length = info.get("length")
+            return data.read(int(length)) if length is not None else data.read()
+    if tensor.HasField("raw_data"):
+        return tensor.raw_data
+    return numpy_helper.to_array(tensor).tobytes()
+
+
+def tensor_nbytes(tensor: onnx.TensorProto) -> int:
+    """The size of the tensor's values in bytes, without reading them."""
+    if is_external(tensor):
+        length = _info(tensor).get("length")
+        if length is not None:
+            return int(length)
+    if tensor.data_type != onnx.TensorProto.STRING:
+        try:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+            return int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+        except (KeyError, TypeError, ValueError):  # an element type numpy cannot describe
+            pass
+    return tensor.ByteSize()
+
+
+def fits_in_protobuf(model: onnx.ModelProto) -> bool:
+    """True when ``model`` serialises to under 2 GB (the protobuf limit for in-memory checks).
+
+    External tensors cost only their reference. ``ByteSize()`` walks the whole message (about
+    0.3 s for a 90 MB model) and fails past 2 GB, so the in-memory payload is summed first and the
+    exact size asked for only between 1 and 2 GB.
+    """
+    payload = inline_bytes(model)
+    if payload < TWO_GB // 2:
+        return True
+    if payload >= TWO_GB:
+        return False
+    try:
+        return model.ByteSize() < TWO_GB
+    except Exception:  # protobuf's EncodeError past 2 GB, whatever its module
+        return False
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes held by the initializers of ``model`` (external ones counted by their length)."""
+    return sum(tensor_nbytes(t) for t in model.graph.initializer)
+
+
+def inline_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of tensor values held in memory (external ones excluded), attributes included."""
+    return sum(tensor_nbytes(t) for t in all_tensors(model) if not is_external(t))
+
+
+def model_bytes(model: onnx.ModelProto) -> Iterator[bytes]:
+    """What identifies ``model``'s content, for hashing: its serialised graph, then a digest of each
+    data file its external tensors read (a lazy model's bytes alone name its weights, not their
+    values). Raises protobuf's error past 2 GB in memory, as ``SerializeToString`` does."""
+    yield model.SerializeToString()
+    files = {Path(base_of(t)) / _info(t).get("location", "") for t in all_tensors(model) if is_external(t)}
+    for path in sorted(files):
+        try:
+            stat = path.stat()
+        except OSError:  # not readable from here: its name is all there is to go by
+            yield str(path).encode()
+            continue
+        yield _file_digest(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> bytes:
+    """SHA-256 of a data file, once per (path, size, modification time) in this process."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as data:
+        for chunk in iter(lambda: data.read(2**24), b""):
+            hasher.update(chunk)
+    return hasher.digest()
+
+
+def constant_array(constant: gs.Constant) -> np.ndarray:
+    """The values of an onnx-graphsurgeon Constant, reading external data without caching it.
+
+    ``Constant.values`` would load a lazy tensor into the graph for good (so an export would
+    carry a copy of it in memory), and cannot find a data file outside the working directory.
+    """
+    lazy = constant._values
+    if isinstance(lazy, LazyValues) and isinstance(lazy.tensor, onnx.TensorProto) \
+            and is_external(lazy.tensor):
+        return tensor_array(lazy.tensor)
+    return np.asarray(constant.values)
