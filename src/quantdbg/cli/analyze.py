@@ -12,15 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdbg.cli._options import (
-    add_model_options,
-    add_out_option,
-    eval_data,
-    executor,
-    load_models,
-    show_progress,
-    task_metric,
-)
+from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
@@ -52,10 +44,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     check_paths(inputs_of(args), {"--out": args.out})
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
-    metric = task_metric(args)
-    _check_metric_mode(args)
-    fp_model, qmodel = load_models(args)
-    data = eval_data(args, fp_model)
+    metric, fp_model, qmodel, data = load_inputs(args, check=_check_metric_mode)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
                                progress=show_progress(args), results_path=partial, executor=executor(args))

@@ -10,15 +10,7 @@ import sys
 from typing import Any
 
 from quantdbg._io import commit_together
-from quantdbg.cli._options import (
-    add_model_options,
-    add_out_option,
-    eval_data,
-    executor,
-    load_models,
-    show_progress,
-    task_metric,
-)
+from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
@@ -72,11 +64,9 @@ def run_fallback(args: argparse.Namespace) -> int:
     """
     check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan})
     target = _target(args)
-    fp_model, qmodel = load_models(args)
-    metric = task_metric(args)
+    metric, fp_model, qmodel, data = load_inputs(args)
     if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
         target = type(target)(target.kind, target.threshold, True, target.reference)
-    data = eval_data(args, fp_model)
     report = SensitivityReport.read(args.report) if args.report else None
     run = executor(args)
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
