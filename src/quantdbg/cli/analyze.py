@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from quantdbg.cli import add_command
 from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
@@ -20,8 +21,9 @@ from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``analyze`` subcommand to ``sub``."""
-    analyze = sub.add_parser("analyze", help="Rank quantized layers by sensitivity (per ONNX node name).",
-                             description="Rank the quantized layers of MODEL by how much INT8 hurts them.")
+    analyze = add_command(sub, "analyze", run_analyze,
+                          help="Rank quantized layers by sensitivity (per ONNX node name).",
+                          description="Rank the quantized layers of MODEL by how much INT8 hurts them.")
     add_model_options(analyze)
     analyze.add_argument("--mode", choices=MODES, default="local",
                          help="local (cheap, one pass), cumulative, isolated or leave-one-out "
@@ -29,7 +31,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     analyze.add_argument("--jobs", type=int, default=1, help="Processes for isolated / leave-one-out.")
     analyze.add_argument("--no-evidence", action="store_true", help="Skip the weight/activation evidence.")
     add_out_option(analyze, metavar="RESULT.json", help="Where the report goes.")
-    analyze.set_defaults(func=run_analyze)
 
 
 def run_analyze(args: argparse.Namespace) -> int:
