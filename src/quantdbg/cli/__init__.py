@@ -1,7 +1,7 @@
 """The ``quantdbg`` command: argparse subcommands, each a thin wrapper over the Python API.
 
 Each subcommand lives in its own module of this package and exposes ``register(subparsers)``,
-which adds its parser and sets ``func(args) -> int``.
+which adds its parser and its ``func(args) -> int`` with :func:`add_command`.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import importlib
 import logging
 import re
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from quantdbg._progress import close_bars
 from quantdbg._version import __version__
@@ -68,6 +68,15 @@ def _choice_hint(message: str) -> str:
     choices = re.findall(r"'([^']*)'", match.group(2))
     near = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
     return f"; did you mean {near[0]!r}?" if near else ""
+
+
+def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+                run: Callable[[argparse.Namespace], int], **texts: Any) -> argparse.ArgumentParser:
+    """Adds subcommand ``name`` to ``sub``, run by ``run(args) -> exit status``; ``texts`` are the
+    parser's help, description and the like. Returns its parser, for the subcommand's options."""
+    parser = sub.add_parser(name, **texts)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:

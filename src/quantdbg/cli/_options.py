@@ -7,9 +7,9 @@ import argparse
 import difflib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, QuantConfig
 from quantdbg.data import as_model_data, read_npz
@@ -154,6 +154,31 @@ def eval_data(args: argparse.Namespace, fp_model: Any) -> Any:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     return as_model_data(args.eval, as_loaded(fp_model).proto, args.batch_size)
+
+
+class Inputs(NamedTuple):
+    """What ``analyze`` and ``fallback`` work on."""
+
+    metric: Any
+    fp_model: Any
+    qmodel: Any
+    data: Any
+
+
+def load_inputs(args: argparse.Namespace,
+                check: Callable[[argparse.Namespace], None] | None = None) -> Inputs:
+    """The task metric, the FP32 and quantized models and the evaluation data the model / data /
+    metric options select, in that order, with ``check`` (a subcommand's own checks of its options)
+    run before the models: option checks cost nothing, quantizing MODEL does.
+
+    Raises:
+        QuantDbgError: As :func:`task_metric`, ``check``, :func:`load_models` and :func:`eval_data`.
+    """
+    metric = task_metric(args)
+    if check is not None:
+        check(args)
+    fp_model, qmodel = load_models(args)
+    return Inputs(metric, fp_model, qmodel, eval_data(args, fp_model))
 
 
 # --------------------------------------------------------------------------------------------

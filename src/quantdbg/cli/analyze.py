@@ -12,15 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdbg.cli._options import (
-    add_model_options,
-    add_out_option,
-    eval_data,
-    executor,
-    load_models,
-    show_progress,
-    task_metric,
-)
+from quantdbg.cli import add_command
+from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
@@ -28,8 +21,9 @@ from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``analyze`` subcommand to ``sub``."""
-    analyze = sub.add_parser("analyze", help="Rank quantized layers by sensitivity (per ONNX node name).",
-                             description="Rank the quantized layers of MODEL by how much INT8 hurts them.")
+    analyze = add_command(sub, "analyze", run_analyze,
+                          help="Rank quantized layers by sensitivity (per ONNX node name).",
+                          description="Rank the quantized layers of MODEL by how much INT8 hurts them.")
     add_model_options(analyze)
     analyze.add_argument("--mode", choices=MODES, default="local",
                          help="local (cheap, one pass), cumulative, isolated or leave-one-out "
@@ -37,7 +31,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     analyze.add_argument("--jobs", type=int, default=1, help="Processes for isolated / leave-one-out.")
     analyze.add_argument("--no-evidence", action="store_true", help="Skip the weight/activation evidence.")
     add_out_option(analyze, metavar="RESULT.json", help="Where the report goes.")
-    analyze.set_defaults(func=run_analyze)
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -52,10 +45,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     check_paths(inputs_of(args), {"--out": args.out})
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
-    metric = task_metric(args)
-    _check_metric_mode(args)
-    fp_model, qmodel = load_models(args)
-    data = eval_data(args, fp_model)
+    metric, fp_model, qmodel, data = load_inputs(args, check=_check_metric_mode)
     partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
                                progress=show_progress(args), results_path=partial, executor=executor(args))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from quantdbg._io import commit_together
 from quantdbg.calibration import available_calibrators
+from quantdbg.cli import add_command
 from quantdbg.cli._options import (
     READY_METRICS,
     add_data_option,
@@ -44,11 +45,12 @@ from quantdbg.sensitivity import MODES, SensitivityConfig
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``auto`` subcommand to ``sub``."""
-    auto = sub.add_parser("auto", help="The whole job: calibrate, repair INT8, fall back the fewest layers.",
-                          description="Calibrate MODEL, repair its INT8 ranges, rank its layers, keep the "
-                                      "fewest out of INT8 so it meets a target, verify and report. Exit "
-                                      "status 0: met; 1: not met (the best model found is written); 2: bad "
-                                      "input.")
+    auto = add_command(sub, "auto", run,
+                       help="The whole job: calibrate, repair INT8, fall back the fewest layers.",
+                       description="Calibrate MODEL, repair its INT8 ranges, rank its layers, keep the "
+                                   "fewest out of INT8 so it meets a target, verify and report. Exit "
+                                   "status 0: met; 1: not met (the best model found is written); 2: bad "
+                                   "input.")
     auto.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
     add_data_option(auto, required=True, help="Calibration data.")
     auto.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
@@ -68,7 +70,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     auto.add_argument("--plan", required=True, metavar="PLAN.json", help="The result and its recipe (JSON).")
     auto.add_argument("--html", metavar="REPORT.html", help="Also write the HTML report.")
     _add_settings(auto)
-    auto.set_defaults(func=run)
 
 
 def _add_settings(auto: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from quantdbg._io import commit_together
 from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
+from quantdbg.cli import add_command
 from quantdbg.cli._options import (
     add_data_option,
     add_execution_options,
@@ -32,8 +33,8 @@ _MINMAX_HEADER = "MinMaxCalibration"
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``calibrate`` subcommand to ``sub``."""
     methods = available_calibrators()
-    parser = sub.add_parser(
-        "calibrate", help="Calibrate an FP32 ONNX model and write its INT8 Q/DQ model.",
+    parser = add_command(
+        sub, "calibrate", run, help="Calibrate an FP32 ONNX model and write its INT8 Q/DQ model.",
         description="Calibrate an FP32 ONNX model on representative inputs and write the Q/DQ model "
                     "TensorRT builds with explicit quantization.")
     parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
@@ -56,7 +57,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
                         help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
     add_execution_options(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from quantdbg.cli import add_command
 from quantdbg.cli._options import show_progress
 from quantdbg.cli._paths import check_folder
 from quantdbg.demo import DEMO_MIN_SQNR_DB, export_demo, run_demo
@@ -16,8 +17,8 @@ from quantdbg.errors import ConfigError
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``demo`` subcommand to ``sub``."""
-    parser = sub.add_parser(
-        "demo",
+    parser = add_command(
+        sub, "demo", run,
         help="Calibrate, analyze, fall back and report on the embedded digits CNN (offline).",
         description="The whole job on the digits CNN shipped inside quantdbg: entropy calibration, per-layer "
         "sensitivity, FP16 fallback search, doctor, and an HTML/Markdown/JSON report.",
@@ -47,7 +48,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="ONNX Runtime threads (default 0: all cores)."
     )
-    parser.set_defaults(func=run)
 
 
 def _folder(out: str | None) -> Path:

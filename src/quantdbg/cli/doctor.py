@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from quantdbg.cli import add_command
 from quantdbg.cli._options import add_data_option, add_fail_on_option, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import CalibConfig
@@ -15,8 +16,8 @@ from quantdbg.report import render_markdown, write_report
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``doctor`` subcommand to ``sub``."""
-    parser = sub.add_parser(
-        "doctor",
+    parser = add_command(
+        sub, "doctor", run_doctor,
         help="Diagnose INT8 quantization problems and print findings, most serious first.",
         description="Quantize MODEL and check for sensitive layers, weights zeroed by their range, "
         "calibrators that disagree, a calibration set too small, tensors mixing value ranges, and Q/DQ "
@@ -40,7 +41,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per batch (default 32).")
     add_fail_on_option(parser, default=None)
-    parser.set_defaults(func=run_doctor)
 
 
 def run_doctor(args: argparse.Namespace) -> int:

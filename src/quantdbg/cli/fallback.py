@@ -10,15 +10,8 @@ import sys
 from typing import Any
 
 from quantdbg._io import commit_together
-from quantdbg.cli._options import (
-    add_model_options,
-    add_out_option,
-    eval_data,
-    executor,
-    load_models,
-    show_progress,
-    task_metric,
-)
+from quantdbg.cli import add_command
+from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
@@ -28,9 +21,10 @@ from quantdbg.sensitivity import MODES, SensitivityConfig, SensitivityReport, Va
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``fallback`` subcommand to ``sub``."""
-    fallback = sub.add_parser("fallback", help="Find the fewest layers to keep out of INT8 for a target.",
-                              description="Search the smallest set of layers to run in FP16 so MODEL meets "
-                                          "a target, and write the mixed-precision model and its plan.")
+    fallback = add_command(sub, "fallback", run_fallback,
+                           help="Find the fewest layers to keep out of INT8 for a target.",
+                           description="Search the smallest set of layers to run in FP16 so MODEL meets "
+                                       "a target, and write the mixed-precision model and its plan.")
     add_model_options(fallback)
     target = fallback.add_mutually_exclusive_group(required=True)
     target.add_argument("--min-metric", type=float, metavar="X",
@@ -47,7 +41,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           help="Walk this analyze report instead of ranking.")
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
-    fallback.set_defaults(func=run_fallback)
 
 
 def _target(args: argparse.Namespace) -> FallbackTarget:
@@ -72,11 +65,9 @@ def run_fallback(args: argparse.Namespace) -> int:
     """
     check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan})
     target = _target(args)
-    fp_model, qmodel = load_models(args)
-    metric = task_metric(args)
+    metric, fp_model, qmodel, data = load_inputs(args)
     if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
         target = type(target)(target.kind, target.threshold, True, target.reference)
-    data = eval_data(args, fp_model)
     report = SensitivityReport.read(args.report) if args.report else None
     run = executor(args)
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),

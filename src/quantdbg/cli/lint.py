@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from quantdbg._io import write_json_atomic, write_text_atomic
+from quantdbg.cli import add_command
 from quantdbg.cli._options import add_fail_on_option
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.diagnostics import RULES, LintReport, lint
@@ -27,8 +28,9 @@ rules:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``lint`` subcommand to ``sub``."""
-    parser = sub.add_parser(
-        "lint", help="Flag Q/DQ placements TensorRT cannot fuse (why INT8 engines run slower than FP16).",
+    parser = add_command(
+        sub, "lint", run,
+        help="Flag Q/DQ placements TensorRT cannot fuse (why INT8 engines run slower than FP16).",
         description=__doc__.splitlines()[0].replace("``", "`"), epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", metavar="MODEL",
@@ -42,7 +44,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--markdown", dest="md", action="store_const", const="-",
                         help="Print the Markdown report instead of the text (the same as --md -).")
     parser.add_argument("--skip", metavar="RULE", nargs="+", default=[], help="Rule ids to leave out.")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

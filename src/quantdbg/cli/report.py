@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from quantdbg.cli import add_command
 from quantdbg.cli._paths import check_paths, inputs_of
 from quantdbg.errors import ConfigError
 from quantdbg.report import load_result, render_markdown, write_report
@@ -12,8 +13,8 @@ from quantdbg.report import load_result, render_markdown, write_report
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``report`` subcommand to ``sub``."""
-    parser = sub.add_parser(
-        "report",
+    parser = add_command(
+        sub, "report", run_report,
         help="Render a result JSON as a self-contained HTML and/or Markdown report.",
         description="Render any result quantdbg wrote (calibration, `analyze --out`, `fallback --plan`, "
         "lint, `doctor --json`, `demo`'s report.json) as HTML with embedded plots and/or Markdown.",
@@ -25,7 +26,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--no-plots", action="store_true", help="Leave the plots out of the HTML (no matplotlib needed)."
     )
-    parser.set_defaults(func=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:

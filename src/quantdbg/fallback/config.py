@@ -14,21 +14,29 @@ from quantdbg.fallback.plan import STRATEGIES, Strategy
 from quantdbg.sensitivity import SensitivityConfig
 
 
-def _check_search(strategy: str, max_evaluations: int | None, gallop_share: float,
-                  patience: int | None) -> None:
-    check_choice("fallback strategy", strategy, STRATEGIES)
-    if max_evaluations is not None and max_evaluations < 1:
-        raise ConfigError(f"max_evaluations must be >= 1 or None, got {max_evaluations}.")
-    if not (math.isfinite(gallop_share) and 0.0 < gallop_share <= 1.0):
-        raise ConfigError(f"gallop_share is the share of the layers the gallop may keep out of INT8, in "
-                          f"(0, 1]; got {gallop_share}.")
-    if patience is not None and patience < 1:
-        raise ConfigError(f"patience must be >= 1 or None (walk every prefix up to the share), got "
-                          f"{patience}.")
+class _SearchSettings:
+    """The search settings SearchConfig and FallbackConfig both hold, checked in one place (each
+    dataclass declares the fields itself, so its JSON form and positional order stay its own)."""
+
+    strategy: Strategy
+    max_evaluations: int | None
+    gallop_share: float
+    patience: int | None
+
+    def __post_init__(self) -> None:
+        check_choice("fallback strategy", self.strategy, STRATEGIES)
+        if self.max_evaluations is not None and self.max_evaluations < 1:
+            raise ConfigError(f"max_evaluations must be >= 1 or None, got {self.max_evaluations}.")
+        if not (math.isfinite(self.gallop_share) and 0.0 < self.gallop_share <= 1.0):
+            raise ConfigError(f"gallop_share is the share of the layers the gallop may keep out of INT8, in "
+                              f"(0, 1]; got {self.gallop_share}.")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience must be >= 1 or None (walk every prefix up to the share), got "
+                              f"{self.patience}.")
 
 
 @dataclass(frozen=True)
-class SearchConfig(Serializable):
+class SearchConfig(_SearchSettings, Serializable):
     """How :func:`~quantdbg.fallback.search.search_fallback` walks the layers.
 
     Attributes:
@@ -54,9 +62,6 @@ class SearchConfig(Serializable):
     patience: int | None = None
     executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
-    def __post_init__(self) -> None:
-        _check_search(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
-
     def budget(self, n_layers: int) -> int:
         """``max_evaluations``, or the strategy's default budget for ``n_layers`` ranked layers."""
         if self.max_evaluations is not None:
@@ -65,7 +70,7 @@ class SearchConfig(Serializable):
 
 
 @dataclass(frozen=True)
-class FallbackConfig(Serializable):
+class FallbackConfig(_SearchSettings, Serializable):
     """How :func:`~quantdbg.fallback.auto.auto_fallback` ranks and searches.
 
     Attributes:
@@ -94,7 +99,7 @@ class FallbackConfig(Serializable):
     executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
     def __post_init__(self) -> None:
-        _check_search(self.strategy, self.max_evaluations, self.gallop_share, self.patience)
+        super().__post_init__()
         object.__setattr__(self, "precision", Precision(self.precision))
 
     @property

@@ -185,7 +185,29 @@ class Journal:
         return {phase: found[phase] for phase in PHASES if found[phase]}
 
 
-class JournaledMetric(TaskMetric):
+class _Journaled(TaskMetric):
+    """A task metric whose evaluations go through a journal: it names, directs, describes and
+    identifies itself as the metric it wraps.
+
+    Args:
+        inner: The metric.
+        journal: Where evaluations are kept.
+    """
+
+    identity_attrs = ("inner",)
+
+    def __init__(self, inner: TaskMetric, journal: Journal) -> None:
+        self.inner = inner
+        self.journal = journal
+        self.name = inner.name
+        self.higher_is_better = inner.higher_is_better
+
+    def describe(self) -> str:
+        """The inner metric's description."""
+        return self.inner.describe()
+
+
+class JournaledMetric(_Journaled):
     """A model-file task metric (e.g. a command) whose evaluations go through a journal, keyed by the
     model's bytes.
 
@@ -196,14 +218,6 @@ class JournaledMetric(TaskMetric):
 
     needs_model = True
 
-    identity_attrs = ("inner",)
-
-    def __init__(self, inner: TaskMetric, journal: Journal) -> None:
-        self.inner = inner
-        self.journal = journal
-        self.name = inner.name
-        self.higher_is_better = inner.higher_is_better
-
     def from_model(self, path: Path) -> float:
         """The inner metric of the model at ``path`` (not journaled: :meth:`evaluate_model` is)."""
         return self.inner.from_model(path)
@@ -213,10 +227,6 @@ class JournaledMetric(TaskMetric):
         compute = lambda: VariantResult(None, self.inner.evaluate_model(model))  # noqa: E731
         return self.journal.evaluation(f"model:{model_key(model)}", compute).value
 
-    def describe(self) -> str:
-        """The inner metric's description."""
-        return self.inner.describe()
-
 
 def _outputs_digest(outputs: Mapping[str, np.ndarray]) -> str:
     hasher = hashlib.sha256()
@@ -224,7 +234,7 @@ def _outputs_digest(outputs: Mapping[str, np.ndarray]) -> str:
     return hasher.hexdigest()[:32]
 
 
-class JournaledScores(TaskMetric):
+class JournaledScores(_Journaled):
     """An in-session task metric whose scores go through a journal, keyed by the outputs scored.
 
     For the evaluations a sensitivity analysis makes with the task metric (its variants are not
@@ -235,23 +245,11 @@ class JournaledScores(TaskMetric):
         journal: Where evaluations are kept.
     """
 
-    identity_attrs = ("inner",)
-
-    def __init__(self, inner: TaskMetric, journal: Journal) -> None:
-        self.inner = inner
-        self.journal = journal
-        self.name = inner.name
-        self.higher_is_better = inner.higher_is_better
-
     def from_outputs(self, outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> float:
         """The inner metric of ``outputs``, from the journal when these outputs were scored before."""
         key = f"outputs:{_outputs_digest(outputs)}:{_outputs_digest(reference)}"
         compute = lambda: VariantResult(None, self.inner.from_outputs(outputs, reference))  # noqa: E731
         return self.journal.evaluation(key, compute).value
-
-    def describe(self) -> str:
-        """The inner metric's description."""
-        return self.inner.describe()
 
 
 def analysis_metric(metric: TaskMetric, journal: Journal) -> TaskMetric:

@@ -47,10 +47,15 @@ def sensitivity_text(r: SensitivityReport) -> str:
             f"most sensitive: {top or 'none'})")
 
 
+def _kept_out(exclude: Sequence[str], n_layers: int, precision: str = "") -> str:
+    """``2 of 9 layers out of INT8 (fp16): ['a', 'b']``, with the precision where it is known."""
+    within = f" ({precision})" if precision else ""
+    return f"{len(exclude)} of {n_layers} layers out of INT8{within}: {names(exclude)}"
+
+
 def plan_text(p: FallbackPlan) -> str:
-    return (f"FallbackPlan(status={p.status!r}, {len(p.exclude)} of {len(p.ranking)} layers out of INT8 "
-            f"({p.precision.value}): {names(p.exclude)}, value={fmt(p.value)}, "
-            f"target={p.target.describe()!r}, {p.n_evaluations} evaluations)")
+    return (f"FallbackPlan(status={p.status!r}, {_kept_out(p.exclude, len(p.ranking), p.precision.value)}, "
+            f"value={fmt(p.value)}, target={p.target.describe()!r}, {p.n_evaluations} evaluations)")
 
 
 def fallback_result_text(r: FallbackResult) -> str:
@@ -60,8 +65,7 @@ def fallback_result_text(r: FallbackResult) -> str:
 
 def auto_text(r: AutoResult) -> str:
     return (f"AutoResult(outcome={r.outcome!r}, {r.metric} {fmt(r.final_value)} vs FP32 {fmt(r.fp32_value)}, "
-            f"{len(r.exclude)} of {r.n_layers} layers out of INT8: {names(r.exclude)}, "
-            f"{r.n_evaluations} evaluations)")
+            f"{_kept_out(r.exclude, r.n_layers)}, {r.n_evaluations} evaluations)")
 
 
 def doctor_text(r: DoctorReport) -> str:
