@@ -45,13 +45,13 @@ def _retyped(field: str) -> onnx.ModelProto:
 
 CASES = [
     ("missing external file", _external("absent.bin").SerializeToString(),
-     r"^Cannot load '.*x\.onnx': Data of TensorProto \( tensor name: fc0\.w\) should be stored in "
-     r".*absent\.bin, but it is not regular file\. \(ValidationError\)\. Re-export the model, or repair the "
-     r"file\.$"),
+     r"^Cannot load the external weights of '.*x\.onnx': data file '.*absent\.bin' of tensor 'fc0\.w' does "
+     r"not exist\. Put the data file beside the model as it was saved, or re-export the model\.$"),
     ("external location is a folder", _external("sub").SerializeToString(),
-     r"^Cannot load .*sub, but it is not"),
+     r"^Cannot load the external weights of .*: data file '.*sub' of tensor 'fc0\.w' is not a regular file"),
     ("file:// location", _external("file:///etc/passwd").SerializeToString(),
-     r"^Cannot load .*ValidationError"),
+     r"^Cannot load the external weights of .*: data file '.*file:/etc/passwd' of tensor 'fc0\.w' does not "
+     r"exist"),
     ("NUL in location", _external("a\x00b").SerializeToString(),
      r"^Cannot load '.*x\.onnx': embedded null byte \(ValueError\)\."),
     ("node name not UTF-8", BYTES.replace(b"fc0", b"\xff\xfe\xfd", 1),

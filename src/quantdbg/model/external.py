@@ -77,7 +77,7 @@ def check_data_files(model: onnx.ModelProto) -> None:
     """Checks that every external tensor's bytes lie inside its data file (without reading them).
 
     Raises:
-        OSError: A data file is missing or unreadable.
+        OSError: A data file is missing, not a regular file, or unreadable.
         ValueError: A tensor's offset and length run past the end of its data file.
     """
     sizes: dict[Path, int] = {}
@@ -87,6 +87,9 @@ def check_data_files(model: onnx.ModelProto) -> None:
         info = _info(tensor)
         path = Path(info.get(BASE_KEY, "")) / info.get("location", "")
         if path not in sizes:
+            if not path.is_file():  # a folder's st_size would pass the length check below
+                raise OSError(f"data file {str(path)!r} of tensor {tensor.name!r} "
+                              f"{'is not a regular file' if path.exists() else 'does not exist'}")
             sizes[path] = path.stat().st_size
         end = int(info.get("offset", 0)) + tensor_nbytes(tensor)
         if end > sizes[path]:

@@ -176,7 +176,8 @@ def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     try:
         check_data_files(model)
     except (OSError, ValueError) as err:
-        raise ModelError(f"Cannot load the external weights of {str(path)!r}: {err}") from err
+        raise ModelError(f"Cannot load the external weights of {str(path)!r}: {err}. Put the data file "
+                         "beside the model as it was saved, or re-export the model.") from err
     return model
 
 
