@@ -53,11 +53,15 @@ class StagedModel:
         A model with large weights (in memory, or in its data file) also gets ONNX Runtime's CPU
         arena turned off: the arena keeps the largest run's allocations (e.g. If nodes that output
         a weight copy it) for the session's life, which for such a model is a copy of its weights.
+        Its nodes also run in priority-based order: the default order runs every node that reads
+        only weights and graph inputs (the switch graph's If nodes) before the first layer, so
+        every selected weight's copy would be alive at once. The order changes no value.
         """
         if self.folder is not None:
             options.add_session_config_entry(EXTERNAL_FOLDER_KEY, self.folder)
         if self.large:
             options.enable_cpu_mem_arena = False
+            options.execution_order = _ort().ExecutionOrder.PRIORITY_BASED
         return options
 
 
@@ -155,3 +159,9 @@ def _stand_in_data(model: onnx.ModelProto, folder: Path) -> None:
         stand_in.parent.mkdir(parents=True, exist_ok=True)
         with open(stand_in, "wb") as handle:
             handle.truncate(os.path.getsize(Path(info[BASE_KEY]) / info["location"]))
+
+
+def _ort() -> Any:
+    import onnxruntime  # imported on use, as the backends do: loading a model needs no ONNX Runtime
+
+    return onnxruntime
