@@ -25,6 +25,7 @@ from quantdbg.model.external import (
     inline_bytes,
     is_external,
     strip_bases,
+    weight_bytes,
 )
 from quantdbg.model.save import write_external
 
@@ -39,23 +40,28 @@ class StagedModel:
     Attributes:
         source: The serialised graph (bytes) or the path of a staged ``.onnx`` file.
         folder: The folder of the weights' data file for a bytes source, else None.
+        large: The model's weights (in memory or in their data file) reach :data:`SPILL_BYTES`.
     """
 
     source: str | bytes
     folder: str | None = None
-    spilled: bool = False
+    large: bool = False
 
     def configure(self, options: Any) -> Any:
         """Adds what the session needs to find the weights to ``onnxruntime.SessionOptions``.
 
-        A model that held large weights in memory (spilled) also gets ONNX Runtime's CPU arena
-        turned off: the arena keeps the largest run's allocations (e.g. If nodes that output a
-        weight copy it) for the session's life, which for such a model is a copy of its weights.
+        A model with large weights (in memory, or in its data file) also gets ONNX Runtime's CPU
+        arena turned off: the arena keeps the largest run's allocations (e.g. If nodes that output
+        a weight copy it) for the session's life, which for such a model is a copy of its weights.
+        Its nodes also run in priority-based order: the default order runs every node that reads
+        only weights and graph inputs (the switch graph's If nodes) before the first layer, so
+        every selected weight's copy would be alive at once. The order changes no value.
         """
         if self.folder is not None:
             options.add_session_config_entry(EXTERNAL_FOLDER_KEY, self.folder)
-        if self.spilled:
+        if self.large:
             options.enable_cpu_mem_arena = False
+            options.execution_order = _ort().ExecutionOrder.PRIORITY_BASED
         return options
 
 
@@ -78,13 +84,13 @@ def staged(model: onnx.ModelProto) -> Iterator[StagedModel]:
         graph = onnx.ModelProto()
         graph.CopyFrom(model)  # the large weights are external: this copies the graph only
         strip_bases(graph)
-        yield StagedModel(graph.SerializeToString(), bases.pop())
+        yield StagedModel(graph.SerializeToString(), bases.pop(), large=weight_bytes(model) >= SPILL_BYTES)
         return
     with tempfile.TemporaryDirectory(prefix="quantdbg-stage-") as tmp:
         path = Path(tmp) / "model.onnx"
         linked = _link_data_files(model, Path(tmp))
         write_external(model, path, _STAGED_DATA, copy_external=not linked)
-        yield StagedModel(str(path), spilled=True)
+        yield StagedModel(str(path), large=True)
 
 
 SPILL_BYTES = 128 * 2**20
@@ -153,3 +159,9 @@ def _stand_in_data(model: onnx.ModelProto, folder: Path) -> None:
         stand_in.parent.mkdir(parents=True, exist_ok=True)
         with open(stand_in, "wb") as handle:
             handle.truncate(os.path.getsize(Path(info[BASE_KEY]) / info["location"]))
+
+
+def _ort() -> Any:
+    import onnxruntime  # imported on use, as the backends do: loading a model needs no ONNX Runtime
+
+    return onnxruntime

@@ -26,6 +26,7 @@ from quantdbg.errors import ModelError
 from quantdbg.model import UniqueNames, tensor_array
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
+from quantdbg.sensitivity.lazy_pairs import copy_pair, lazy_pair
 
 ENABLE_PREFIX = "quantdbg_enable/"
 LOCAL_SUFFIX = "/quantdbg_local"
@@ -239,8 +240,9 @@ def _switch_node(record: QdqRecord, switch: str, source: str, quantized: onnx.No
 def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGraph:
     """Puts every recorded pair behind a per-layer boolean switch: ``If(switch, DQ(Q(x)), x)``.
 
-    Weights are fake-quantized once here (``DQ(Q(w))`` computed as ONNX defines it) instead of
-    at every run.
+    A constant weight's pair is computed once, not at every run: folded here (``DQ(Q(w))`` as ONNX
+    defines it), or, for a weight left in its data file, kept in the If's branch, where ONNX
+    Runtime's constant folding computes it at session creation (same values, no copy held here).
 
     Args:
         qmodel: The Q/DQ model and its records.
@@ -264,10 +266,11 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
         dq_out = _dq_output(record, nodes)
         source = _fp_source(qmodel, fp_model, record, nodes, names, added)
         quantized: onnx.NodeProto | str = nodes[record.dequantize_node]
-        folded = _folded_weight(model, record, nodes, source) if record.kind is TensorKind.WEIGHT else None
-        if folded is not None:
-            added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
-            quantized = added[-1].name
+        if record.kind is TensorKind.WEIGHT and not lazy_pair(model, record, nodes):
+            folded = _folded_weight(model, record, nodes, source)
+            if folded is not None:
+                added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
+                quantized = added[-1].name
         q_node = nodes.get(record.quantize_node) if record.quantize_node else None
         out = names(f"{dq_out}/switched")
         dq = nodes[record.dequantize_node]
@@ -465,7 +468,9 @@ class _LocalBuilder:
                                  "original the Q/DQ model was made from.")
             key = (record.node, record.input_index)
             if record.kind is TensorKind.WEIGHT and key not in self.folded:
-                self.folded[key] = _local_weight(self.qmodel, record, self.q_nodes, self.names, self.inits)
+                self.folded[key] = copy_pair(self.qmodel.model, record, self.names, added, self.inits) \
+                    if lazy_pair(self.qmodel.model, record, self.q_nodes) \
+                    else _local_weight(self.qmodel, record, self.q_nodes, self.names, self.inits)
             folded = self.folded.get(key)
             if folded:  # weights: fake-quantized once, shared by every clone of the layer
                 clone.input[record.input_index] = folded

@@ -1,0 +1,66 @@
+"""Weight Q/DQ pairs left to ONNX Runtime when the weight stays in its data file.
+
+Folding ``DQ(Q(w))`` in NumPy reads the weight into memory and holds its fake-quantized copy in
+the graph, and ONNX Runtime then holds it again. For a weight left in its data file (a large
+model loaded lazily) the sensitivity graphs keep the pair instead: ONNX Runtime's constant folding
+computes it once, at session creation (inside an If's branch too), with the kernels a run would
+use, so the values are the same and only the session holds them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import onnx
+
+from quantdbg.model import UniqueNames, is_external
+from quantdbg.qdq import QdqRecord
+
+
+def lazy_pair(model: onnx.ModelProto, record: QdqRecord, nodes: Mapping[str, onnx.NodeProto]) -> bool:
+    """True when the record's Q reads a weight left in its data file and its Q and DQ otherwise
+    read only initializers (scales, zero points): a pair ONNX Runtime folds."""
+    q = nodes.get(record.quantize_node) if record.quantize_node else None
+    dq = nodes.get(record.dequantize_node)
+    if q is None or dq is None or dq.input[0] != q.output[0]:
+        return False
+    inits = {init.name: init for init in model.graph.initializer}
+    weight = inits.get(q.input[0])
+    return weight is not None and is_external(weight) \
+        and all(name in inits for name in (*q.input[1:], *dq.input[1:]) if name)
+
+
+def copy_pair(model: onnx.ModelProto, record: QdqRecord, names: UniqueNames, nodes: list[onnx.NodeProto],
+              inits: list[onnx.TensorProto]) -> str:
+    """Copies a :func:`lazy_pair` of ``model`` into another graph; returns its DQ's output.
+
+    The pair's nodes are appended to ``nodes`` and its initializers, renamed, to ``inits``: the
+    weight as a reference to its data file (no data is read), the scales and zero points.
+    """
+    q_nodes = {node.name: node for node in model.graph.node}
+    q, dq = onnx.NodeProto(), onnx.NodeProto()
+    q.CopyFrom(q_nodes[record.quantize_node])
+    dq.CopyFrom(q_nodes[record.dequantize_node])
+    sources = {init.name: init for init in model.graph.initializer}
+    base = f"{record.node}/input{record.input_index}/fake_quantized"
+    renamed: dict[str, str] = {}
+    for node in (q, dq):
+        for i, name in enumerate(node.input):
+            if name in sources and name not in renamed:
+                renamed[name] = _copy_init(sources[name], names(f"{base}/{name}"), inits)
+            node.input[i] = renamed.get(name, name)
+    q.name, dq.name = names(f"{base}/QuantizeLinear"), names(f"{base}/DequantizeLinear")
+    q.output[0] = dq.input[0] = names(f"{base}/quantized")
+    dq.output[0] = names(base)
+    nodes += [q, dq]
+    return dq.output[0]
+
+
+def _copy_init(init: onnx.TensorProto, name: str, inits: list[onnx.TensorProto]) -> str:
+    copy = onnx.TensorProto()
+    copy.CopyFrom(init)  # an external tensor copies its reference to the data file, not its data
+    copy.name = name
+    inits.append(copy)
+    return name
+
+
+__all__ = ["copy_pair", "lazy_pair"]
