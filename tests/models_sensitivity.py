@@ -98,3 +98,13 @@ def feeds_for(model: onnx.ModelProto, rng: np.random.Generator, batches: int = 3
     (inp,) = [i for i in model.graph.input]
     dims = [d.dim_value for d in inp.type.tensor_type.shape.dim][1:]
     return [{inp.name: rng.standard_normal((batch, *dims)).astype(np.float32)} for _ in range(batches)]
+
+
+def write_mlp4_pair(folder, qdq_name: str = "q.onnx") -> np.ndarray:
+    """Writes :func:`mlp4` as ``folder/m.onnx`` and its hand-quantized Q/DQ form (``act1`` clipped
+    at 0.01) as ``folder/qdq_name``, for CLI tests; returns the samples of its three batches."""
+    model = mlp4()
+    feeds = feeds_for(model, np.random.default_rng(0))
+    onnx.save(model, str(folder / "m.onnx"))
+    quantize_by_hand(model, feeds, {"act1": 0.01}).save(folder / qdq_name)
+    return np.concatenate([f["x"] for f in feeds])

@@ -10,7 +10,6 @@ import os
 
 import models_sensitivity as ms
 import numpy as np
-import onnx
 import pytest
 
 import quantdbg.cli.calibrate as calibrate
@@ -25,12 +24,7 @@ NEVER = "choose another output path (inputs are never overwritten)."
 def folder(tmp_path_factory):
     """FP32 mlp4, a Q/DQ version, calibration/eval data and a sensitivity result to report on."""
     folder = tmp_path_factory.mktemp("paths")
-    rng = np.random.default_rng(0)
-    model = ms.mlp4()
-    feeds = ms.feeds_for(model, rng)
-    onnx.save(model, str(folder / "m.onnx"))
-    ms.quantize_by_hand(model, feeds, {"act1": 0.01}).save(folder / "q.onnx")
-    x = np.concatenate([f["x"] for f in feeds])
+    x = ms.write_mlp4_pair(folder)
     np.savez(folder / "calib.npz", x=x)
     np.savez(folder / "eval.npz", x=x)
     assert main(["analyze", str(folder / "q.onnx"), "--fp32", str(folder / "m.onnx"), "--eval",

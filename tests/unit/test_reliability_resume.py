@@ -8,7 +8,6 @@ import sys
 
 import models_sensitivity as ms
 import numpy as np
-import onnx
 import pytest
 
 from quantdbg.cli import main
@@ -25,12 +24,7 @@ SCORE = f"{PY} -c \"import sys; print(1.0 if sys.argv[2] == 'A' else 2.0)\" {{mo
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("resume")
-    rng = np.random.default_rng(0)
-    model = ms.mlp4()
-    feeds = ms.feeds_for(model, rng)
-    onnx.save(model, str(folder / "m.onnx"))
-    ms.quantize_by_hand(model, feeds, {"act1": 0.01}).save(folder / "q.onnx")
-    x = np.concatenate([f["x"] for f in feeds])
+    x = ms.write_mlp4_pair(folder)
     np.savez(folder / "eval.npz", x=x, label=np.argmax(x, axis=1), other=np.argmin(x, axis=1))
     return folder
 

@@ -12,7 +12,6 @@ import time
 
 import models_sensitivity as ms
 import numpy as np
-import onnx
 import pytest
 
 import quantdbg.evaluation.task as task
@@ -41,12 +40,7 @@ FULL_RUN_CALLS = 5  # isolated mode on the four-layer MLP with a command metric
 
 @pytest.fixture
 def job(tmp_path):
-    rng = np.random.default_rng(0)
-    model = ms.mlp4()
-    feeds = ms.feeds_for(model, rng)
-    onnx.save(model, str(tmp_path / "m.onnx"))
-    ms.quantize_by_hand(model, feeds, {"act1": 0.01}).save(tmp_path / "q.onnx")
-    np.savez(tmp_path / "eval.npz", x=np.concatenate([f["x"] for f in feeds]))
+    np.savez(tmp_path / "eval.npz", x=ms.write_mlp4_pair(tmp_path))
     (tmp_path / "s.py").write_text(SCRIPT)
     (tmp_path / "tmp").mkdir()
     command = f"{shlex.quote(sys.executable)} {shlex.quote(str(tmp_path / 's.py'))} {{model}}"
