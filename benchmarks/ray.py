@@ -10,6 +10,7 @@ Each timing is the best of ``--repeats`` runs.
 
     python benchmarks/ray.py                 # measure and write the "Ray" section of RESULTS.md
     python benchmarks/ray.py --no-write --repeats 1
+    python benchmarks/ray.py --minilm 64      # MiniLM-L6 of the zoo instead: section "Ray: MiniLM-L6"
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import importlib.util
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,13 +60,17 @@ pass takes a fraction of a second and Ray's per-task overhead and the model's re
 shard cancel the gain."""
 
 
-def _write_section(key: str, text: str) -> None:
+def _zoo_tasks():
     spec = importlib.util.spec_from_file_location("_zoo_tasks", HERE / "_zoo_tasks.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
-    module.write_section(key, text)
+    return module
+
+
+def _write_section(key: str, text: str) -> None:
+    _zoo_tasks().write_section(key, text)
 
 
 def _sweep(model, qmodel, data, threads: int, executor=None):
@@ -148,6 +154,39 @@ def measure(repeats: int, tiles: int) -> dict:
     return rows
 
 
+def measure_minilm(repeats: int, samples: int) -> dict:
+    """The isolated sweep of MiniLM-L6 (zoo; 48 layers, so 49 evaluations) on its first ``samples``
+    evaluation rows, serially and on Ray, both with one ONNX Runtime thread per evaluation."""
+    task = _zoo_tasks().load_task("minilm_l6_v2_text", Path(tempfile.mkdtemp(prefix="quantdbg-ray-")))
+    model = str(task.model)
+    qmodel = quantize(model, task.calib, CalibConfig(method="minmax"))
+    data = {k: v[:samples] for k, v in task.eval.items()}
+    rows: dict = {"layers": len(qmodel.layers), "spare_cores": [_spare_cores()], "ray_start": _start_ray()}
+    found = _alternate(repeats, {"serial": functools.partial(_sweep, model, qmodel, data, 1),
+                                 "ray": functools.partial(_sweep, model, qmodel, data, 1, RayExecutor())})
+    assert found["serial"][1] == found["ray"][1], "Ray sweep differs from the serial one"
+    rows["sweep"] = {key: seconds for key, (seconds, _) in found.items()}
+    rows["samples"] = samples
+    rows["spare_cores"].append(_spare_cores())
+    return rows
+
+
+def minilm_markdown(rows: dict, command: str) -> str:
+    sweep, evaluations = rows["sweep"], rows["layers"] + 1
+    bound = evaluations / -(-evaluations // WORKERS)
+    return "\n".join([
+        "## Ray: MiniLM-L6", "",
+        f"`{command}` (zoo model, minmax INT8, isolated sweep of its {rows['layers']} layers on the first "
+        f"{rows['samples']} evaluation rows: {evaluations} evaluations; one ONNX Runtime thread per "
+        f"evaluation on both sides; the Ray report was checked equal to the serial one). Load average "
+        f"{os.getloadavg()[0]:.1f} at the end; cores two busy processes got, before and after: "
+        + ", ".join(f"{c:.2f}" for c in rows["spare_cores"]) + " of 2. Best of the repeats.", "",
+        f"| serial | Ray, {WORKERS} workers | speed-up | seconds per evaluation (serial) | bound "
+        "(granularity) |", "|---:|---:|---:|---:|---:|",
+        f"| {sweep['serial']:.1f} s | {sweep['ray']:.1f} s | {sweep['serial'] / sweep['ray']:.2f}x | "
+        f"{sweep['serial'] / evaluations:.2f} | {bound:.2f}x |"])
+
+
 def _alternate(repeats: int, runs: dict) -> dict:
     """name -> (best wall seconds, last result), the runs taking turns ``repeats`` times."""
     times: dict = {name: [] for name in runs}
@@ -191,14 +230,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--repeats", type=int, default=2, help="Runs per timing (the best is kept).")
     parser.add_argument("--tiles", type=int, default=10,
                         help="Copies of the 540 eval samples in the large set.")
+    parser.add_argument("--minilm", type=int, metavar="SAMPLES",
+                        help="Measure the isolated sweep of the zoo's MiniLM-L6 on this many rows instead.")
     parser.add_argument("--no-write", action="store_true", help="Do not touch RESULTS.md.")
     args = parser.parse_args(argv)
-    rows = measure(args.repeats, args.tiles)
     command = " ".join(["python", "benchmarks/ray.py", *(a for a in argv if a != "--no-write")])
-    text = markdown(rows, command)
+    if args.minilm:
+        key, text = "quantdbg:ray-minilm", minilm_markdown(measure_minilm(args.repeats, args.minilm), command)
+    else:
+        key, text = "quantdbg:ray", markdown(measure(args.repeats, args.tiles), command)
     print(text)
     if not args.no_write:
-        _write_section("quantdbg:ray", text)
+        _write_section(key, text)
 
 
 if __name__ == "__main__":
