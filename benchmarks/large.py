@@ -194,13 +194,17 @@ def _run(config: str, folder: str, gb: float, args: argparse.Namespace) -> _benc
 
 def merge(measurements: list[dict]) -> dict:
     """Several measurement runs as one table: a later run of a (size, configuration) replaces an
-    earlier one; every run keeps the index of the measurement (its source) it came from."""
+    earlier one; every run keeps the index of the measurement (its source) it came from. The floor
+    of every measurement is kept, so each cell's wall time is divided by its own run's floor."""
     runs: dict = {}
+    floors: list[dict] = []
     for i, m in enumerate(measurements):
         for r in m["runs"]:
             runs[(r["size_gb"], r["config"])] = {**r, "source": i}
+            floors += [{**r, "source": i}] if r["config"] == "floor" else []
     keys = ("machine", "commit", "argv", "mem_gib", "available_gib")
-    return {"sources": [{k: m.get(k) for k in keys} for m in measurements], "runs": list(runs.values())}
+    return {"sources": [{k: m.get(k) for k in keys} for m in measurements], "runs": list(runs.values()),
+            "floors": floors}
 
 
 def _tag(run: dict, sources: list[dict]) -> str:
@@ -261,9 +265,10 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
              "| configuration | " + " | ".join(f"{gb} GB ({weights[gb] / 2**30:.2f} GiB)" for gb in sizes)
              + " |",
              "|---|" + "---|" * len(sizes)]
+    floors = {(r["size_gb"], r["source"]): r for r in results["floors"]}
     for config in configs:
         runs = [index.get((gb, config)) for gb in sizes]
-        cells = [_cell(run, index.get((gb, "floor")), _tag(run, results["sources"])) if run else "-"
+        cells = [_cell(run, floors.get((gb, run["source"])), _tag(run, results["sources"])) if run else "-"
                  for gb, run in zip(sizes, runs, strict=True)]
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", *_failures(index, results["sources"]), *_reading(index, sizes)]) + "\n"
