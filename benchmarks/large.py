@@ -18,6 +18,9 @@ Cells: peak RSS of the child / weight bytes, and wall time / the floor's wall ti
 uses one intra-op thread everywhere.
 
   python benchmarks/large.py --sizes 0.3 1.2 [--configs floor quantdbg-minmax] [--md benchmarks/RESULTS.md]
+  python benchmarks/large.py --from-json small.json large.json --md benchmarks/RESULTS.md  # one table
+
+The section keeps its hand-written ``###`` subsections when ``--md`` rewrites it.
 """
 from __future__ import annotations
 
@@ -146,7 +149,8 @@ def _generate(folder: Path, gb: float) -> int:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    results: dict = {"machine": _bench.machine(), "commit": _bench.git_commit(), "runs": []}
+    results: dict = {"machine": _bench.machine(), "commit": _bench.git_commit(), "argv": _measuring_argv(),
+                     "mem_gib": args.mem_gib, "available_gib": _available_gib(), "runs": []}
     for gb in args.sizes:
         with tempfile.TemporaryDirectory(prefix="qdbg_large_model_") as tmp:
             weights = _generate(Path(tmp), gb)
@@ -159,6 +163,16 @@ def measure(args: argparse.Namespace) -> dict:
                 print(f"{gb} GB {config}: {run.status} {run.wall_s:.1f} s, {run.peak_rss_mib / 1024:.2f} GiB "
                       f"{run.error}", flush=True)
     return results
+
+
+def _available_gib() -> float | None:
+    """The machine's available memory now (other work shares it), from /proc/meminfo where there is one."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+        line = next(ln for ln in lines if ln.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+    return round(int(line.split()[1]) / 2**20, 1)
 
 
 def _run(config: str, folder: str, gb: float, args: argparse.Namespace) -> _bench.ChildRun:
@@ -178,26 +192,56 @@ def _run(config: str, folder: str, gb: float, args: argparse.Namespace) -> _benc
             os.environ["PYTHONPATH"] = saved
 
 
-def _cell(run: dict, floor: dict | None) -> str:
+def merge(measurements: list[dict]) -> dict:
+    """Several measurement runs as one table: a later run of a (size, configuration) replaces an
+    earlier one; every run keeps the index of the measurement (its source) it came from. The floor
+    of every measurement is kept, so each cell's wall time is divided by its own run's floor."""
+    runs: dict = {}
+    floors: list[dict] = []
+    for i, m in enumerate(measurements):
+        for r in m["runs"]:
+            runs[(r["size_gb"], r["config"])] = {**r, "source": i}
+            floors += [{**r, "source": i}] if r["config"] == "floor" else []
+    keys = ("machine", "commit", "argv", "mem_gib", "available_gib")
+    return {"sources": [{k: m.get(k) for k in keys} for m in measurements], "runs": list(runs.values()),
+            "floors": floors}
+
+
+def _tag(run: dict, sources: list[dict]) -> str:
+    return f" [{chr(ord('A') + run['source'])}]" if len(sources) > 1 else ""
+
+
+def _cell(run: dict, floor: dict | None, tag: str) -> str:
     if run["status"] != "ok":
-        return f"{run['status']}: {run['error'][:80]}"
+        return f"{run['status']}{tag} after {run['wall_s']:.0f} s (peak {run['peak_rss_mib'] / 1024:.2f} GiB)"
     rss = run["peak_rss_mib"] * 2**20 / run["weight_bytes"]
     wall = f"{run['wall_s'] / floor['wall_s']:.1f}x" if floor and floor["status"] == "ok" else "?"
-    return f"{rss:.2f}x / {wall} ({run['peak_rss_mib'] / 1024:.2f} GiB, {run['wall_s']:.0f} s)"
+    return f"{rss:.2f}x / {wall} ({run['peak_rss_mib'] / 1024:.2f} GiB, {run['wall_s']:.0f} s){tag}"
 
 
 def _measuring_argv() -> list[str]:
     """This command line without the options that only render (so a re-render names the run)."""
-    argv, out = sys.argv[1:], []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--from-json", "--md"):
-            skip = True
-        else:
+    out, skip = [], False
+    for arg in sys.argv[1:]:
+        if arg.startswith("--"):
+            skip = arg in ("--from-json", "--md")
+        if not skip:
             out.append(arg)
     return out
+
+
+def _commands(results: dict) -> list[str]:
+    lines = ["Command (repo root), one per measurement run"
+             + ("; a cell's letter names the run it comes from:" if len(results["sources"]) > 1 else ":"),
+             "", "```"]
+    for i, src in enumerate(results["sources"]):
+        cap = f", address space capped at {src['mem_gib']} GiB per run" if src.get("mem_gib") else ""
+        load = src["machine"]["loadavg"][0]
+        argv = src.get("argv") or ["(arguments not recorded)"]
+        free = f", {src['available_gib']} GiB available" if src.get("available_gib") else ""
+        lines += [f"# {chr(ord('A') + i)}: commit {src['commit']}{cap}; at the start: 1-min load average "
+                  f"{load:.1f}{free}", " ".join(["python benchmarks/large.py", *argv])]
+    return [*lines, "```", ""]
 
 
 def markdown(results: dict, args: argparse.Namespace) -> str:
@@ -205,52 +249,78 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
     configs = [c for c in CONFIGS if any(r["config"] == c for r in results["runs"])]
     index = {(r["size_gb"], r["config"]): r for r in results["runs"]}
     weights = {gb: next(r["weight_bytes"] for r in results["runs"] if r["size_gb"] == gb) for gb in sizes}
-    m = results["machine"]
-    lines = ["Command (repo root):", "", "```",
-             f"# commit {results['commit']}", " ".join(["python benchmarks/large.py", *_measuring_argv()]),
-             "```", "",
+    m = results["sources"][-1]["machine"]
+    lines = [*_commands(results),
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, shared with other work while "
-             f"measured (1-min load average {m['loadavg'][0]:.1f} at the start), so wall times are noisy.",
+             "measured, so wall times are noisy (peak RSS is not).",
              f"Setting: MatMul stacks of {WIDTH} x {WIDTH} float32 layers, {N_CALIB} calibration samples "
-             f"(analyze: {N_EVAL} evaluation samples), batch {BATCH}, ONNX Runtime on one intra-op thread, "
-             f"address space capped at {args.mem_gib} GiB per run.", "",
+             f"(analyze: {N_EVAL} evaluation samples), batch {BATCH}, ONNX Runtime on one intra-op thread; "
+             "a run that needs more address space than its cap fails (`oom`) instead of taking the "
+             "machine down.",
+             "",
              "Cell = peak RSS / weight bytes and wall time / the FP32 floor's (peak RSS, wall time). "
              "quantdbg's analyze row includes its calibration (minmax), as `quantdbg analyze` does"
-             + (f"; `before:` rows run the source tree of {args.before_label}." if args.before else "."), "",
+             + (f"; `before:` rows run the source tree of {args.before_label}."
+                if any(c in BEFORE for c in configs) else "."), "",
              "| configuration | " + " | ".join(f"{gb} GB ({weights[gb] / 2**30:.2f} GiB)" for gb in sizes)
              + " |",
              "|---|" + "---|" * len(sizes)]
+    floors = {(r["size_gb"], r["source"]): r for r in results["floors"]}
     for config in configs:
-        cells = [_cell(index[(gb, config)], index.get((gb, "floor"))) if (gb, config) in index else "-"
-                 for gb in sizes]
+        runs = [index.get((gb, config)) for gb in sizes]
+        cells = [_cell(run, floors.get((gb, run["source"])), _tag(run, results["sources"])) if run else "-"
+                 for gb, run in zip(sizes, runs, strict=True)]
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", *_reading(index, sizes)]) + "\n"
+    return "\n".join([*lines, "", *_failures(index, results["sources"]), *_reading(index, sizes)]) + "\n"
+
+
+def _failures(index: dict, sources: list[dict]) -> list[str]:
+    failed = [r for r in index.values() if r["status"] != "ok"]
+    if not failed:
+        return []
+    lines = ["Failures (the child's last error line):", ""]
+    for r in sorted(failed, key=lambda r: (r["size_gb"], CONFIGS.index(r["config"]))):
+        cap = sources[r["source"]].get("mem_gib")
+        lines.append(f"- {r['config']} at {r['size_gb']} GB: {r['status']}"
+                     + (f" under the {cap} GiB cap" if r["status"] == "oom" and cap else "")
+                     + f", `{r['error'].replace('`', '')}`")
+    return [*lines, ""]
 
 
 def _ratio(run: dict | None) -> float | None:
     return run["peak_rss_mib"] * 2**20 / run["weight_bytes"] if run and run["status"] == "ok" else None
 
 
+def _largest(index: dict, sizes: list[float], config: str) -> list[str]:
+    """Measured: the largest size that ran; extrapolated: 24 GiB over its peak RSS / weights (peak
+    RSS grows with the weights, the rest is ~0.1 GiB)."""
+    ran = [gb for gb in sizes if _ratio(index.get((gb, config)))]
+    if not ran:
+        return []
+    run, gb = index[(ran[-1], config)], ran[-1]
+    failed = [f"{g} GB ({index[(g, config)]['status']})" for g in sizes
+              if g > gb and (g, config) in index]
+    return [f"  - {config}: measured {gb} GB ({run['weight_bytes'] / 2**30:.2f} GiB of weights, peak "
+            f"{run['peak_rss_mib'] / 1024:.2f} GiB)" + (f", failed at {', '.join(failed)}" if failed else "")
+            + f"; extrapolated (not run): ~{24 / _ratio(run):.0f} GiB of weights"]
+
+
 def _reading(index: dict, sizes: list[float]) -> list[str]:
-    """What the table says, computed from it; the largest model for 24 GiB extrapolates the
-    largest size's peak RSS / weights (peak RSS grows with the weights, the rest is ~0.1 GiB)."""
-    top = sizes[-1]
+    """What the table says, computed from it."""
     lines = ["Reading:", ""]
-    after, before = index.get((top, "quantdbg-minmax")), index.get((top, "before:quantdbg-minmax"))
-    if _ratio(after) and _ratio(before):
-        lines.append(f"- quantdbg calibrate at {top} GB: peak RSS {_ratio(before):.2f}x -> "
+    both = [gb for gb in sizes if _ratio(index.get((gb, "quantdbg-minmax")))
+            and _ratio(index.get((gb, "before:quantdbg-minmax")))]
+    if both:
+        gb = both[-1]
+        after, before = index[(gb, "quantdbg-minmax")], index[(gb, "before:quantdbg-minmax")]
+        lines.append(f"- quantdbg calibrate at {gb} GB: peak RSS {_ratio(before):.2f}x -> "
                      f"{_ratio(after):.2f}x the weights, wall {before['wall_s']:.0f} s -> "
                      f"{after['wall_s']:.0f} s: the weights stay in their data file, ONNX Runtime reads "
                      "them from there, the output streams them to `OUT.onnx.data`.")
-    lines.append("- Largest model that fits 24 GiB (extrapolated from the largest size measured, not run):")
-    for config in ("quantdbg-minmax", "quantdbg-analyze-local", "ort-minmax", "modelopt-max"):
-        ratio = _ratio(index.get((top, config)))
-        if ratio:
-            lines.append(f"  - {config}: ~{24 / ratio:.0f} GiB of weights")
-    lines.append("- quantdbg analyze (local) is above its goal of the same order as calibrate: its graphs "
-                 "hold fake-quantized copies of the weights (in memory and in the session), and the "
-                 "output-space ranking's switchable graph selects weights with If nodes, which copy them "
-                 "at every run.")
+    lines.append("- Largest model that fits 24 GiB, per tool (measured: the largest size that ran under the "
+                 "cap; extrapolated: 24 GiB / its peak RSS per weight byte):")
+    for config in (*QDBG[1:], *PEERS):
+        lines += _largest(index, sizes, config)
     return lines
 
 
@@ -270,19 +340,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before-label", default="the --before tree", help="How the section names it.")
     parser.add_argument("--json", help="Write the raw measurements here.")
     parser.add_argument("--md", help="Write the section to this RESULTS.md.")
-    parser.add_argument("--from-json", metavar="FILE", help="Render measurements --json wrote; run nothing.")
+    parser.add_argument("--from-json", metavar="FILE", nargs="+", help="Render measurements --json "
+                        "wrote; run nothing. Several files make one table, a later file's cell replacing "
+                        "an earlier file's.")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.folder, args.result)
         return 0
-    results = json.loads(Path(args.from_json).read_text()) if args.from_json else measure(args)
-    if args.json and not args.from_json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.from_json:
+        results = merge([json.loads(Path(f).read_text()) for f in args.from_json])
+    else:
+        measured = measure(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(measured, indent=2))
+        results = merge([measured])
     text = markdown(results, args)
     print(text)
     if args.md:
-        _bench.write_section(Path(args.md), TITLE, text)
+        _bench.write_section(Path(args.md), TITLE, text + _subsections(Path(args.md)))
     return 0
+
+
+def _subsections(md: Path) -> str:
+    """The section's hand-written ``###`` subsections, kept below the table when it is rewritten."""
+    lines = md.read_text().splitlines() if md.exists() else []
+    start = next((i for i, ln in enumerate(lines) if ln.strip() == f"## {TITLE}"), None)
+    if start is None:
+        return ""
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    sub = next((i for i in range(start + 1, end) if lines[i].startswith("### ")), end)
+    return "\n" + "\n".join(lines[sub:end]) if sub < end else ""
 
 
 if __name__ == "__main__":

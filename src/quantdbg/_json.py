@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 _ARRAY_KEY = "json_array"
 _TRANSIENT_KEY = "json_transient"
+_OPTIONAL_KEY = "json_optional"
 _FORMAT = "format"
 
 
@@ -59,6 +60,21 @@ def transient() -> dict[str, Any]:
     """Field metadata: the field says how to run, not what (e.g. an executor); it is left out of the
     JSON form and takes its default when read back (``field(default=None, metadata=transient())``)."""
     return {_TRANSIENT_KEY: True}
+
+
+def optional() -> dict[str, Any]:
+    """Field metadata: the field is left out of the JSON form while it is None, so a field added
+    later keeps the files written without it as they were, and they read back with None
+    (``field(default=None, metadata=optional())``)."""
+    return {_OPTIONAL_KEY: True}
+
+
+def stored(value: Any, f: dataclasses.Field) -> bool:
+    """Whether field ``f`` of dataclass ``value`` goes in its JSON form (for classes that write
+    their own form with ``__json_encode__``)."""
+    if not f.init or f.metadata.get(_TRANSIENT_KEY):
+        return False
+    return not (f.metadata.get(_OPTIONAL_KEY) and getattr(value, f.name) is None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,8 +125,8 @@ def _encode_dataclass(value: Any) -> Any:
         own = custom()
         return {_FORMAT: tag, **own} if tag is not None else own
     out = {} if tag is None else {_FORMAT: tag}
-    out.update({f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if f.init and not f.metadata.get(_TRANSIENT_KEY)})
+    out.update({f.name: encode(getattr(value, f.name))
+                for f in dataclasses.fields(value) if stored(value, f)})
     extra = getattr(value, "__json_extra__", None)
     if extra is not None:
         out.update({k: encode(v) for k, v in extra().items()})

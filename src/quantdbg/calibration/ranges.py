@@ -17,7 +17,7 @@ from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, NotCalibratedError
-from quantdbg.model import FoldedWeight, ModelSource, as_loaded, check_node_globs
+from quantdbg.model import FoldedWeight, Footprint, ModelSource, as_loaded, check_node_globs, footprint
 from quantdbg.placement import QdqPlan, plan_qdq
 
 
@@ -33,6 +33,8 @@ class CalibrationResult(_display.Displayable, _json.Serializable):
         n_samples: Samples consumed (sum of batch sizes on axis 0).
         folded_weights: Weights the model held outside plain initializers, folded before
             placement (the plan's :attr:`~quantdbg.placement.QdqPlan.folded_weights`).
+        footprint: The model's weight bytes and the process's peak RSS when the result was made
+            (None in files written before it was recorded).
     """
 
     ranges: Mapping[str, TensorRange]
@@ -41,6 +43,7 @@ class CalibrationResult(_display.Displayable, _json.Serializable):
     n_batches: int = 0
     n_samples: int = 0
     folded_weights: tuple[FoldedWeight, ...] = ()
+    footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", MappingProxyType(dict(self.ranges)))
@@ -102,7 +105,8 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     warn_nonfinite(collected)
     ranges = _ranges(collected, chosen, groups)
     return CalibrationResult({name: ranges[name] for name in tensors}, dict(collected), config,
-                             collected.n_batches, collected.n_samples, plan.folded_weights)
+                             collected.n_batches, collected.n_samples, plan.folded_weights,
+                             footprint(loaded.proto))
 
 
 def _ranges(stats: Mapping[str, TensorStats], chosen: Mapping[str, Calibrator],

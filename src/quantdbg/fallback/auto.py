@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from quantdbg import _display, _json
@@ -15,6 +15,7 @@ from quantdbg.fallback.mixed import mixed_model
 from quantdbg.fallback.plan import FallbackPlan
 from quantdbg.fallback.search import Score, search_fallback
 from quantdbg.fallback.target import FallbackTarget
+from quantdbg.model import footprint
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, analyze_sensitivity
 
@@ -91,7 +92,7 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     plan = plan.with_precision(config.precision)
     unreachable = plan.status == "unreachable"
     mixed = None if unreachable else mixed_model(scorer.qmodel, plan.exclude, config.precision)
-    return FallbackResult(plan, report, mixed)
+    return FallbackResult(replace(plan, footprint=footprint(scorer.fp_model)), report, mixed)
 
 
 def _scorer(evaluator: VariantEvaluator, target: FallbackTarget, stack: ExitStack) -> VariantEvaluator:

@@ -8,7 +8,7 @@ import os
 import shlex
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -27,6 +27,7 @@ from quantdbg.config import Precision
 from quantdbg.data import as_data
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
+from quantdbg.model import Footprint
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +169,8 @@ class FallbackPlan(_display.Displayable, Serializable):
         build: Once the mixed model is written: the TensorRT engine build of it
             (:class:`quantdbg.backends.tensorrt.EngineBuildSpec` and its trtexec / Polygraphy
             commands, as JSON-ready dicts), else None.
+        footprint: The model's weight bytes and the process's peak RSS when the result was made
+            (None in files written before it was recorded).
     """
 
     status: PlanStatus
@@ -182,6 +185,7 @@ class FallbackPlan(_display.Displayable, Serializable):
     precision: Precision = Precision.FP16
     message: str = ""
     build: Mapping[str, Any] | None = None
+    footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
 
     @property
     def n_evaluations(self) -> int:
@@ -248,7 +252,8 @@ class FallbackPlan(_display.Displayable, Serializable):
     def __json_encode__(self) -> dict[str, Any]:
         # The build goes in the derived "tensorrt" section, beside ModelOpt's settings (whose own
         # argument name for the excluded nodes is nodes_to_exclude).
-        out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self) if f.name != "build"}
+        out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self)
+               if f.name != "build" and _json.stored(self, f)}
         # Once built, the command lines name the real files (plans read back keep what they said).
         written = self.build.get("commands", {}) if self.build is not None else {}
         tensorrt = {**_json.encode(self.tensorrt), "build": _json.encode(self.build)}

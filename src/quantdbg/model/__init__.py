@@ -9,7 +9,8 @@
 * :mod:`~quantdbg.model.specs`: graph input and output specs;
 * :mod:`~quantdbg.model.external`: weights kept in their data file, read on demand;
 * :mod:`~quantdbg.model.staging`: ONNX Runtime sessions and the checker without >2 GB messages;
-* :mod:`~quantdbg.model.save`: atomic saving, with a data file for large models (:class:`SaveConfig`).
+* :mod:`~quantdbg.model.save`: atomic saving, with a data file for large models (:class:`SaveConfig`);
+* :mod:`~quantdbg.model.footprint`: a run's model weight bytes and peak memory (:class:`Footprint`).
 """
 from quantdbg._exports import public_names as _public_names
 from quantdbg.model.external import fits_in_protobuf as fits_in_protobuf
@@ -17,6 +18,8 @@ from quantdbg.model.external import is_external as is_external
 from quantdbg.model.external import model_bytes as model_bytes
 from quantdbg.model.external import tensor_array as tensor_array
 from quantdbg.model.external import weight_bytes as weight_bytes
+from quantdbg.model.footprint import Footprint as Footprint
+from quantdbg.model.footprint import footprint as footprint
 from quantdbg.model.graph import constant_values as constant_values
 from quantdbg.model.graph import to_graph as to_graph
 from quantdbg.model.graph import to_model as to_model

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from quantdbg.evaluation import OutputMetrics
+from quantdbg.model import footprint
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import Mode
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
@@ -57,7 +58,7 @@ class Measurement:
             mode, self.metric_name, self.higher_is_better, layers,
             None if baseline is None else baseline.comparison, None if baseline is None else baseline.value,
             self.reference_value, self.tensors, evaluator.n_samples, evaluator.n_passes, round(seconds, 3),
-            fingerprint, self.output_space)
+            fingerprint, self.output_space, footprint(evaluator.fp_model))
 
 
 def _sortable(score: float) -> float:

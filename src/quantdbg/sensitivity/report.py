@@ -5,7 +5,7 @@ A :class:`SensitivityReport` is the ``quantdbg.sensitivity/1`` document (``analy
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -14,6 +14,7 @@ from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
 from quantdbg.errors import check_choice, unknown
 from quantdbg.evaluation import Comparison, OutputMetrics
+from quantdbg.model import Footprint
 from quantdbg.sensitivity.config import MODES, Mode
 from quantdbg.sensitivity.evidence import LayerEvidence
 from quantdbg.sensitivity.output_space import OutputSpace
@@ -122,6 +123,8 @@ class SensitivityReport(_display.Displayable, Serializable):
         output_space: Local / cumulative modes: each layer alone in INT8, scored on the model's
             outputs (None when not run). With it the JSON form adds ``fused_ranking`` and
             ``agreement`` (derived).
+        footprint: The model's weight bytes and the process's peak RSS when the result was made
+            (None in files written before it was recorded).
 
     Raises:
         ConfigError: Unknown mode.
@@ -140,6 +143,7 @@ class SensitivityReport(_display.Displayable, Serializable):
     seconds: float = 0.0
     fingerprint: str = ""
     output_space: OutputSpace | None = None
+    footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
 
     def __post_init__(self) -> None:
         check_choice("sensitivity mode", self.mode, MODES)
@@ -147,7 +151,7 @@ class SensitivityReport(_display.Displayable, Serializable):
     def __json_encode__(self) -> dict[str, Any]:
         # Reports without an output-space ranking keep the form they had before it existed.
         out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self)
-               if f.name != "output_space" or self.output_space is not None}
+               if _json.stored(self, f) and (f.name != "output_space" or self.output_space is not None)}
         extra: dict[str, Any] = {"score_meaning": self.score_meaning, "ranking": self.ranking}
         if self.output_space is not None:
             extra.update(fused_ranking=self.fused_ranking, agreement=self.agreement)

@@ -33,6 +33,8 @@ def calibration_sections(result: CalibrationResult) -> list[Section]:
     nonfinite = [s for s in result.stats.values() if s.nonfinite]
     paragraphs = [f"{len(result.ranges)} activation tensor(s) calibrated on {result.n_samples} sample(s) in "
                   f"{result.n_batches} batch(es); default calibrator {method}."]
+    if result.footprint is not None:
+        paragraphs.append(f"{result.footprint.describe()}.")
     if nonfinite:
         paragraphs.append(f"{len(nonfinite)} tensor(s) produced NaN/Inf values, left out of the statistics: "
                           + ", ".join(f"{s.name} ({s.nonfinite})" for s in nonfinite[:10]) + ".")

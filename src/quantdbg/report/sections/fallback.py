@@ -51,6 +51,8 @@ def fallback_sections(plan: FallbackPlan, commands: bool = True) -> list[Section
                   f"evaluation(s) of a budget of {plan.budget}, plus the verification; set is "
                   f"{'1-minimal' if plan.minimal else 'not proven minimal'}; the layers kept out "
                   f"of INT8 compute in {plan.precision.value}.", phases_paragraph(plan)]
+    if plan.footprint is not None:
+        paragraphs.append(f"{plan.footprint.describe()}.")
     rank = {node: i + 1 for i, node in enumerate(plan.ranking)}
     kept = Table(("node", "rank"), tuple((node, rank.get(node)) for node in plan.exclude), "fallback-exclude",
                  "Layers kept out of INT8.")

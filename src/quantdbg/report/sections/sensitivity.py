@@ -57,6 +57,8 @@ def _evidence_cells(layer: LayerSensitivity) -> tuple[Cell, ...]:
 def _paragraphs(report: SensitivityReport) -> tuple[str, ...]:
     paragraphs = [f"Mode {report.mode}: {report.score_meaning}. {len(report.layers)} quantized layer(s), "
                   f"{report.n_samples} sample(s), {report.n_passes} pass(es), {report.seconds:.1f} s."]
+    if report.footprint is not None:
+        paragraphs.append(f"{report.footprint.describe()}.")
     if report.reference_value is not None or report.baseline_value is not None:
         paragraphs.append(f"{report.metric}: FP32 {fmt(report.reference_value)}, every layer in INT8 "
                           f"{fmt(report.baseline_value)}.")
