@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -25,7 +26,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -215,21 +216,32 @@ def _paths(value: Any, prefix: tuple = ()):
             yield from _paths(item, (*prefix, index))
 
 
-def _fuzz(name: str, doc: Any, read: Callable[[Path], Any], n: int, work: Path) -> tuple[str, ...]:
-    rng = np.random.default_rng(0)
-    path = work / "fuzz.json"
+def _tally(name: str, attempts: Iterable[Callable[[], Any]]) -> tuple[str, ...]:
+    """Runs every attempt (one read of a mutated input) and counts how each ended: read, one of the
+    library's errors by type, or any other exception (an escape, what this script measures)."""
     outcomes: Counter[str] = Counter()
-    for _ in range(n):
-        path.write_text(_mutate(doc, rng))
+    for attempt in attempts:
         try:
-            read(path)
+            attempt()
             outcomes["read"] += 1
         except QuantDbgError as err:
             outcomes[type(err).__name__] += 1
         except Exception as err:  # noqa: BLE001 - an escape is what this script measures
             outcomes[f"ESCAPED {type(err).__name__}"] += 1
     escaped = sum(v for k, v in outcomes.items() if k.startswith("ESCAPED"))
-    return (name, str(n), str(escaped), ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    return (name, str(sum(outcomes.values())), str(escaped),
+            ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+
+
+def _fuzz(name: str, doc: Any, read: Callable[[Path], Any], n: int, work: Path) -> tuple[str, ...]:
+    def attempts() -> Iterator[Callable[[], Any]]:
+        rng = np.random.default_rng(0)
+        path = work / "fuzz.json"
+        for _ in range(n):
+            path.write_text(_mutate(doc, rng))
+            yield lambda: read(path)
+
+    return _tally(name, attempts())
 
 
 def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
@@ -266,44 +278,36 @@ def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
 
 
 def _fuzz_text(name: str, text: str, read: Callable[[str], Any], n: int) -> tuple[str, ...]:
-    rng = np.random.default_rng(0)
-    outcomes: Counter[str] = Counter()
-    alphabet = list(":\n\r\x85\u2028 0123456789abcdefTRT-x")
-    for _ in range(n):
-        chars = list(text)
-        for _ in range(int(rng.integers(1, 5))):
-            chars[int(rng.integers(len(chars)))] = alphabet[int(rng.integers(len(alphabet)))]
-        try:
-            read("".join(chars))
-            outcomes["read"] += 1
-        except QuantDbgError as err:
-            outcomes[type(err).__name__] += 1
-        except Exception as err:  # noqa: BLE001
-            outcomes[f"ESCAPED {type(err).__name__}"] += 1
-    escaped = sum(v for k, v in outcomes.items() if k.startswith("ESCAPED"))
-    return (name, str(n), str(escaped), ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    def attempts() -> Iterator[Callable[[], Any]]:
+        rng = np.random.default_rng(0)
+        alphabet = list(":\n\r\x85\u2028 0123456789abcdefTRT-x")
+        for _ in range(n):
+            chars = list(text)
+            for _ in range(int(rng.integers(1, 5))):
+                chars[int(rng.integers(len(chars)))] = alphabet[int(rng.integers(len(alphabet)))]
+            yield functools.partial(read, "".join(chars))
+
+    return _tally(name, attempts())
 
 
 def _fuzz_bytes(name: str, raw: bytes, read: Callable[[Path], Any], n: int, work: Path) -> tuple[str, ...]:
-    rng = np.random.default_rng(0)
-    outcomes: Counter[str] = Counter()
-    path = work / "fuzz.onnx"
-    for _ in range(n):
-        data = bytearray(raw)
-        for _ in range(int(rng.integers(1, 5))):
-            data[int(rng.integers(len(data)))] = int(rng.integers(256))
-        path.write_bytes(bytes(data[:int(rng.integers(len(data)))] if rng.random() < 0.1 else data))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                read(path)
-            outcomes["read"] += 1
-        except QuantDbgError as err:
-            outcomes[type(err).__name__] += 1
-        except Exception as err:  # noqa: BLE001
-            outcomes[f"ESCAPED {type(err).__name__}"] += 1
-    escaped = sum(v for k, v in outcomes.items() if k.startswith("ESCAPED"))
-    return (name, str(n), str(escaped), ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    def attempts() -> Iterator[Callable[[], Any]]:
+        rng = np.random.default_rng(0)
+        path = work / "fuzz.onnx"
+        for _ in range(n):
+            data = bytearray(raw)
+            for _ in range(int(rng.integers(1, 5))):
+                data[int(rng.integers(len(data)))] = int(rng.integers(256))
+            path.write_bytes(bytes(data[:int(rng.integers(len(data)))] if rng.random() < 0.1 else data))
+            yield lambda: _quietly(read, path)
+
+    return _tally(name, attempts())
+
+
+def _quietly(read: Callable[[Path], Any], path: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read(path)
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
