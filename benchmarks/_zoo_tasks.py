@@ -51,7 +51,12 @@ def minilm_mrr(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.nda
     """Mean reciprocal rank of each query's own document among all documents (the builder's MRR)."""
     emb = outputs["sentence_embedding"].astype(np.float64)
     n = len(emb) // 2
-    sim = emb[:n] @ emb[n:].T
+    return mrr(emb[:n], emb[n:])
+
+
+def mrr(queries: np.ndarray, docs: np.ndarray) -> float:
+    """Mean reciprocal rank of each query's own document (same row) among all documents."""
+    sim = queries @ docs.T
     rank = (sim > np.diag(sim)[:, None]).sum(1) + 1
     return float((1.0 / rank).mean())
 

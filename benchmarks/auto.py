@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import export_forms  # noqa: E402
 from _bench import git_commit, machine  # noqa: E402
-from _zoo_tasks import ZOO, ZooTask, load_task, run_command, silero_auc, write_section  # noqa: E402
+from _zoo_tasks import ZOO, ZooTask, load_task, mrr, run_command, silero_auc, write_section  # noqa: E402
 
 import quantdbg  # noqa: E402
 from quantdbg.evaluation import Accuracy, OutputFunction  # noqa: E402
@@ -72,9 +72,7 @@ def pair_mrr(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -
     """MRR of each query's own paragraph among the paragraphs scored, rows interleaved query/paragraph
     (the builder's MRR on the whole set: a rank does not depend on the order of the pairs)."""
     emb = outputs["sentence_embedding"].astype(np.float64)
-    queries, docs = emb[0::2], emb[1::2]
-    sim = queries @ docs.T
-    return float((1.0 / ((sim > np.diag(sim)[:, None]).sum(1) + 1)).mean())
+    return mrr(emb[0::2], emb[1::2])
 
 
 def bench_task(name: str, work: Path) -> ZooTask:
