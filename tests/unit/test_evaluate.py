@@ -104,3 +104,12 @@ def test_concat_batches():
     joined = concat_batches([{"y": np.ones((2, 3)), "s": np.float32(1)},
                              {"y": np.zeros((1, 3)), "s": np.float32(2)}])
     assert joined["y"].shape == (3, 3) and joined["s"].tolist() == [1.0, 2.0]
+
+
+def test_command_metric_names_the_existing_files_of_its_command(tmp_path):
+    (tmp_path / "score.py").write_text("print(1)\n")
+    (tmp_path / "eval.npz").write_bytes(b"x")
+    metric = CommandMetric("python score.py {model} --data=eval.npz --cache=missing.npz {model}.txt",
+                           cwd=tmp_path)
+    # The interpreter is looked up on PATH, the missing file and the model's own path are not inputs.
+    assert metric.files() == ((tmp_path / "score.py").resolve(), (tmp_path / "eval.npz").resolve())

@@ -335,6 +335,23 @@ class CommandMetric(TaskMetric):
         return "|".join([f"{type(self).__module__}.{type(self).__qualname__}", self.describe(),
                          f"argv={list(self.argv)!r}", f"cwd={cwd!r}"])
 
+    def files(self) -> tuple[Path, ...]:
+        """The existing files the command names (the program given as a path, its script, its data,
+        an ``--opt=FILE`` value), resolved against its working directory, in order, each once.
+
+        They are inputs of every run: never written by a command, and part of a resume identity.
+        """
+        base = Path(self.cwd if self.cwd is not None else os.getcwd())
+        found: dict[Path, None] = {}
+        for arg in self.argv:
+            if MODEL_PLACEHOLDER in arg:
+                continue
+            for candidate in (arg, arg.partition("=")[2]):
+                path = base / candidate if candidate else None
+                if path is not None and path.is_file():
+                    found[path.resolve()] = None
+        return tuple(found)
+
     def from_model(self, path: Path) -> float:
         """Runs the command on ``path`` and parses its last printed line.
 
