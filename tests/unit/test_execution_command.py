@@ -5,7 +5,6 @@ end the run in every way it can end and then check, through /proc, that both pro
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -47,16 +46,6 @@ def fork_once_started():
 threading.Thread(target=fork_once_started, daemon=True).start()
 run_in_own_group(["sh", "-c", sys.argv[1]], None, None)
 """
-
-
-@pytest.fixture
-def leftovers():
-    """Process ids to SIGKILL after the test, so that a failing test leaves nothing running."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _pids(folder, process, leftovers) -> tuple[int, int]:
