@@ -48,8 +48,23 @@ run_in_own_group(["sh", "-c", sys.argv[1]], None, None)
 """
 
 
-def _pids(folder, process, leftovers) -> tuple[int, int]:
-    child, grandchild = map(int, wait_for_file(folder / "pids", process).split())
+WORKERS_CALLER = """\
+import os, sys
+from quantdbg.execution import LocalExecutor
+from quantdbg.execution.command import run_in_own_group
+
+def evaluate(script, index):
+    with open(f"worker{index}.tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(f"worker{index}.tmp", f"worker{index}")
+    return run_in_own_group(["sh", "-c", script.replace("pids", f"pids{index}")], None, None).returncode
+
+LocalExecutor(2).map(evaluate, [0, 1], shared=sys.argv[1])
+"""
+
+
+def _pids(folder, process, leftovers, name="pids") -> tuple[int, int]:
+    child, grandchild = map(int, wait_for_file(folder / name, process).split())
     leftovers += [child, grandchild]
     assert running(child) and running(grandchild)
     return child, grandchild
@@ -61,6 +76,19 @@ def test_a_sigkilled_caller_takes_the_grandchildren_along(tmp_path, leftovers):
     caller.kill()
     caller.wait()
     assert gone(child) and gone(grandchild)
+
+
+def test_a_sigkilled_caller_takes_the_grandchildren_of_its_forked_workers_along(tmp_path, leftovers):
+    """Commands run by LocalExecutor's workers: the workers die with the caller, their supervisors
+    with them."""
+    caller = subprocess.Popen([sys.executable, "-c", WORKERS_CALLER, SPAWN], cwd=tmp_path)
+    started = [_pids(tmp_path, caller, leftovers, f"pids{index}") for index in (0, 1)]
+    workers = [int(wait_for_file(tmp_path / f"worker{index}", caller)) for index in (0, 1)]
+    leftovers += workers
+    caller.kill()
+    caller.wait()
+    assert all(gone(pid) for pid in workers)
+    assert all(gone(pid) for pids in started for pid in pids)
 
 
 def test_the_parent_death_signal_stops_the_group_when_a_sibling_keeps_the_channel_open(tmp_path, leftovers):

@@ -67,13 +67,16 @@ def _ignore(*_: object) -> None:
     pass
 
 
-def _die_with_parent() -> None:
-    """Asks Linux to send this process SIGTERM when its parent dies (nothing elsewhere)."""
+def die_with_parent(signum: int) -> None:
+    """Asks Linux to send this process ``signum`` when its parent dies (nothing elsewhere).
+
+    The parent may have died already: compare ``os.getppid()`` with its id afterwards.
+    """
     if sys.platform.startswith("linux"):
         import ctypes
 
         set_parent_death_signal = 1  # PR_SET_PDEATHSIG
-        ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, int(signal.SIGTERM))
+        ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, int(signum))
 
 
 def _watch(channel: int, group: _Group) -> None:
@@ -116,7 +119,7 @@ def supervise(caller: int, channel: int, argv: list[str]) -> None:
     for signum in _TERMINAL_SIGNALS:
         signal.signal(signum, _ignore)  # a handler, not SIG_IGN: exec resets it for the command
     os.set_inheritable(channel, False)  # the command must not hold the channel open
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)
     if os.getppid() != caller:  # the caller died before the parent-death signal was armed
         return
     threading.Thread(target=_watch, args=(channel, group), daemon=True).start()
