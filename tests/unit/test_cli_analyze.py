@@ -86,7 +86,8 @@ def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
     assert shlex.split(commands["modelopt"])[3:5] == ["--onnx_path", str(files / "fp32.onnx")]
     assert shlex.split(commands["modelopt"])[-4:-2] == ["--nodes_to_exclude", "fc2"]
     assert build["spec"]["exclude"] == ["fc2"] and build["spec"]["exclude_precision"] == "fp16"
-    assert build["spec"]["shapes"]["x"] == {"min": [12, 16], "opt": [12, 16], "max": [12, 16]}  # eval.npz
+    # Any batch up to --batch-size (default 32), whatever the 12 samples of eval.npz made the last batch.
+    assert build["spec"]["config"]["shapes"]["x"] == {"min": [1, 16], "opt": [32, 16], "max": [32, 16]}
     assert f"--onnx={mixed}" in build["commands"]["trtexec"]
     assert "--stronglyTyped" in build["commands"]["trtexec"]
 

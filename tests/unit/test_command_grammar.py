@@ -9,16 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import models_lint
 import onnx
 import pytest
 
-from quantdbg.backends.tensorrt import EngineBuildSpec, ShapeRange, build_commands, modelopt_command
+from quantdbg.backends.tensorrt import (
+    EngineBuildSpec,
+    ShapeRange,
+    TrtConfig,
+    build_commands,
+    modelopt_command,
+    trtexec_command,
+)
+from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackTarget, search_fallback
+from quantdbg.report.sections.fallback import fallback_sections
 
 
 class _Refused(Exception):
@@ -105,22 +117,25 @@ def _poly_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
     return found
 
 
+SHAPES = {"images": ShapeRange((1, 3, 32, 32), (8, 3, 32, 32), (32, 3, 32, 32)),
+          "input:0": ShapeRange((1, 7), (8, 7), (32, 7))}
 SPEC = EngineBuildSpec(
     model=Path("/data/my models/mixed.onnx"),
-    shapes={"images": ShapeRange((1, 3, 32, 32), (8, 3, 32, 32), (32, 3, 32, 32)),
-            "input:0": ShapeRange((1, 7), (8, 7), (32, 7))},
-    engine=Path("/data/my models/mixed.engine"), timing_cache=Path("/tmp/t.cache"),
-    exclude=("/blocks.3/fc2/MatMul", "head"), workspace_mib=512, builder_optimization_level=4, tf32=False)
+    config=TrtConfig(shapes=SHAPES, save_engine=Path("/data/my models/mixed.engine"),
+                     timing_cache=Path("/tmp/t.cache"), workspace_bytes=512 << 20,
+                     builder_optimization_level=4, tf32=False),
+    exclude=("/blocks.3/fc2/MatMul", "head"), source=Path("/data/model.onnx"),
+    calibration_data=Path("/data/calib.npz"))
 
 
 def test_trtexec_commands_parse_with_the_profile_and_pinned_layers():
-    commands = build_commands(SPEC, source="/data/model.onnx", calibration_data="/data/calib.npz")
+    commands = build_commands(SPEC)
     strong = _run(commands.trtexec, ["trtexec"], _trtexec())
-    assert strong.onnx == str(SPEC.model) and strong.saveEngine == str(SPEC.engine)
+    assert strong.onnx == str(SPEC.model) and strong.saveEngine == str(SPEC.config.save_engine)
     assert strong.stronglyTyped and not strong.int8 and strong.layerPrecisions is None
     for which in ("min", "opt", "max"):
         assert _trtexec_shapes(getattr(strong, f"{which}Shapes")) == {
-            name: getattr(rng, which) for name, rng in SPEC.shapes.items()}
+            name: getattr(rng, which) for name, rng in SHAPES.items()}
     assert strong.memPoolSize == "workspace:512M" and strong.noTF32
     weak = _run(commands.trtexec_weakly_typed, ["trtexec"], _trtexec())
     assert not weak.stronglyTyped and weak.int8 and weak.fp16 and weak.precisionConstraints == "obey"
@@ -131,7 +146,7 @@ def test_trtexec_commands_parse_with_the_profile_and_pinned_layers():
 def test_polygraphy_commands_parse_with_the_same_profile():
     commands = build_commands(SPEC)
     convert = _run(commands.polygraphy_convert, ["polygraphy", "convert"], _polygraphy("convert"))
-    assert (convert.model_file, convert.output) == (str(SPEC.model), str(SPEC.engine))
+    assert (convert.model_file, convert.output) == (str(SPEC.model), str(SPEC.config.save_engine))
     assert convert.convert_to == "trt"
     assert convert.strongly_typed and not convert.tf32
     assert convert.load_timing_cache == convert.save_timing_cache == "/tmp/t.cache"
@@ -140,8 +155,8 @@ def test_polygraphy_commands_parse_with_the_same_profile():
     for parsed in (convert, run):
         for which in ("min", "opt", "max"):
             [values] = getattr(parsed, f"trt_{which}_shapes")
-            assert _poly_shapes(values) == {name: getattr(rng, which) for name, rng in SPEC.shapes.items()}
-    assert _poly_shapes(run.input_shapes) == {name: rng.opt for name, rng in SPEC.shapes.items()}
+            assert _poly_shapes(values) == {name: getattr(rng, which) for name, rng in SHAPES.items()}
+    assert _poly_shapes(run.input_shapes) == {name: rng.opt for name, rng in SHAPES.items()}
 
 
 def test_modelopt_command_parses_with_every_excluded_node():
@@ -177,3 +192,171 @@ def test_plan_with_build_names_the_real_files_in_every_command(tmp_path):
     assert mo.onnx_path == str(tmp_path / "fp32.onnx") and mo.nodes_to_exclude == list(plan.exclude)
     assert mo.calibration_data_path == str(tmp_path / "calib.npz")
     assert type(plan).from_dict(data).commands == built.commands  # read back the same
+
+
+# --------------------------------------------------------------------------------------------
+# Names are data, never code: hostile node names and paths, run through a shell against stub tools
+# --------------------------------------------------------------------------------------------
+
+_STUB = """#!{python}
+import json, os, sys
+with open(os.environ["STUB_LOG"], "a", encoding="utf-8") as log:
+    log.write(json.dumps([{tool!r}, *sys.argv[1:]]) + "\\n")
+"""
+
+
+def _stubs(folder: Path) -> Path:
+    """``trtexec``, ``polygraphy`` and ``python`` executables that only record their argv."""
+    folder.mkdir()
+    for tool in ("trtexec", "polygraphy", "python"):
+        stub = folder / tool
+        stub.write_text(_STUB.format(python=sys.executable, tool=tool))
+        stub.chmod(0o755)
+    return folder
+
+
+_TOUCH = "touch pwned"
+"""What a hostile name runs if a shell reads it as code (the commands run in the test's folder)."""
+
+
+def _hostile() -> tuple[str, ...]:
+    """Node names that would run :data:`_TOUCH` if a shell read them as code."""
+    touch = _TOUCH
+    return (f"conv2/Conv\n{touch} #", f"a; {touch}", f"$({touch})", f"`{touch}`", 'dq"uote', "with  space")
+
+
+def _execute(script: str, cwd: Path, stubs: Path) -> list[list[str]]:
+    """Runs ``script`` with bash, the stubs first on PATH; the argv every stub received."""
+    log = cwd / "argv.jsonl"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "STUB_LOG": str(log)}
+    done = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+
+
+def _hostile_spec(tmp_path: Path, names: tuple[str, ...]) -> EngineBuildSpec:
+    folder = tmp_path / f"my dir; {_TOUCH} $({_TOUCH})\n`{_TOUCH}` 'q' \"d\""  # never created: only named
+    shapes = {f"in put$({_TOUCH})": ShapeRange((1, 3), (8, 3), (32, 3))}
+    config = TrtConfig(shapes=shapes, save_engine=folder / "mixed.engine", timing_cache=folder / "t;.cache")
+    return EngineBuildSpec(folder / "mixed.onnx", config, exclude=names, source=folder / "model.onnx",
+                           calibration_data=folder / "calib.npz")
+
+
+def _check_argv(calls: list[list[str]], spec: EngineBuildSpec) -> None:
+    """Every recorded call parses under its tool's grammar and carries the names and paths exactly."""
+    input_name = next(iter(spec.config.shapes))
+    for tool, *argv in calls:
+        if tool == "trtexec":
+            args = _trtexec().parse_args(argv)
+            assert args.onnx == str(spec.model) and args.saveEngine == str(spec.config.save_engine)
+            assert set(_trtexec_shapes(args.minShapes)) == {input_name}
+            if args.layerPrecisions is not None:
+                pinned = [item.rsplit(":", 1)[0] for item in args.layerPrecisions.split(",")]
+                assert pinned == list(spec.exclude)
+        elif tool == "polygraphy":
+            args = _polygraphy(argv[0]).parse_args(argv[1:])
+            assert args.model_file == str(spec.model)
+            assert args.load_timing_cache == str(spec.config.timing_cache)
+            assert set(_poly_shapes(args.trt_min_shapes[0])) == {input_name}
+        else:
+            assert argv[:2] == ["-m", "modelopt.onnx.quantization"]
+            args = _modelopt().parse_args(argv[2:])
+            assert args.nodes_to_exclude == list(spec.exclude) and args.onnx_path == str(spec.source)
+            assert args.calibration_data_path == str(spec.calibration_data)
+
+
+def test_hostile_names_and_paths_stay_data_in_the_script_and_every_command(tmp_path):
+    marker = tmp_path / "pwned"
+    stubs = _stubs(tmp_path / "bin")
+    spec = _hostile_spec(tmp_path, _hostile())
+    commands = build_commands(spec)
+    calls = _execute(commands.to_script(), tmp_path, stubs)
+    assert [call[0] for call in calls] == ["trtexec"]  # the script runs the build; the rest is comments
+    for _, command in commands.lines():
+        calls += _execute(command, tmp_path, stubs)
+    assert not marker.exists()
+    assert sorted({call[0] for call in calls}) == ["polygraphy", "python", "trtexec"] and len(calls) == 6
+    _check_argv(calls, spec)
+    assert any(call[0] == "trtexec" and "--layerPrecisions" in " ".join(call) for call in calls)
+
+
+def test_names_no_tool_syntax_can_carry_leave_that_form_out_and_say_why(tmp_path):
+    marker = tmp_path / "pwned"
+    stubs = _stubs(tmp_path / "bin")
+    names = (*_hostile(), "it's", "-leading", "a:b,c")
+    spec = _hostile_spec(tmp_path, names)
+    commands = build_commands(spec)
+    assert commands.trtexec_weakly_typed == "" and commands.modelopt == ""
+    assert ("No weakly typed trtexec build: trtexec's --layerPrecisions=NAME:PRECISION,... cannot spell node "
+            "\"it's\" (and 1 more)") in commands.comment
+    assert "No ModelOpt command: its --nodes_to_exclude reads a node name starting with '-'" \
+        in commands.comment
+    calls = _execute(commands.to_script(), tmp_path, stubs)
+    for _, command in commands.lines():
+        calls += _execute(command, tmp_path, stubs)
+    assert not marker.exists()
+    assert [call[0] for call in calls] == ["trtexec", "trtexec", "polygraphy", "polygraphy"]
+    _check_argv(calls, spec)
+    with pytest.raises(ConfigError, match=r"^trtexec's --layerPrecisions=NAME:PRECISION,\.\.\. cannot spell "
+                                          r"node \"it's\" \(and 1 more\): .* Build strongly typed instead"):
+        trtexec_command(spec, strongly_typed=False)
+    with pytest.raises(ConfigError, match=r"^Node '-leading': ModelOpt's --nodes_to_exclude reads a name "
+                                          r"starting with '-' as a flag; rename the node in the model\.$"):
+        modelopt_command("m.onnx", names)
+
+
+def test_a_relative_path_starting_with_a_dash_is_never_read_as_a_flag(tmp_path):
+    stubs = _stubs(tmp_path / "bin")
+    spec = EngineBuildSpec(Path("-mixed.onnx"), TrtConfig(save_engine=Path("-mixed.engine"),
+                                                          timing_cache=Path("-t.cache")),
+                           exclude=("a",), source=Path("-model.onnx"), calibration_data=Path("-calib.npz"))
+    calls = []
+    for _, command in build_commands(spec).lines():
+        calls += _execute(command, tmp_path, stubs)
+    found = {(call[0], call[1]) for call in calls}
+    assert found == {("trtexec", "--onnx=-mixed.onnx"), ("polygraphy", "convert"), ("polygraphy", "run"),
+                     ("python", "-m")}
+    convert = _polygraphy("convert").parse_args(next(c for c in calls if c[1:2] == ["convert"])[2:])
+    assert (convert.model_file, convert.output, convert.load_timing_cache) == (
+        "./-mixed.onnx", "./-mixed.engine", "./-t.cache")
+    modelopt = _modelopt().parse_args(next(c for c in calls if c[0] == "python")[3:])
+    assert (modelopt.onnx_path, modelopt.calibration_data_path) == ("./-model.onnx", "./-calib.npz")
+
+
+def test_a_plan_read_back_rebuilds_its_commands_and_never_replays_the_file(tmp_path):
+    marker = tmp_path / "pwned"
+    stubs = _stubs(tmp_path / "bin")
+    mixed = tmp_path / "mixed.onnx"
+    onnx.save(models_lint.clean_conv_block(), str(mixed))
+    names = _hostile()
+    plan = search_fallback(names, lambda ex: float(len(ex)), FallbackTarget.min_metric(float(len(names))))
+    path = plan.with_build(mixed, source=tmp_path / "fp32.onnx").write(tmp_path / "plan.json")
+    data = json.loads(path.read_text())
+    for section, key in ((data["tensorrt"]["build"]["commands"], "trtexec"), (data["tensorrt"], "trtexec"),
+                         (data["modelopt"], "command")):
+        section[key] = _TOUCH  # a hand-edited (or hostile) file
+    data["tensorrt"]["build"]["commands"]["comment"] = f"# x\n{_TOUCH}"
+    path.write_text(json.dumps(data))
+    read = type(plan).read(path)
+    assert read.commands == build_commands(read.build) and read.build.exclude == names
+    calls = _execute(read.commands.to_script(), tmp_path, stubs)
+    [[tool, *argv]] = calls
+    assert tool == "trtexec" and _trtexec().parse_args(argv).onnx == str(mixed)
+    for code in fallback_sections(read)[0].code:  # the report's Build section, pasted into a shell
+        calls += _execute(code, tmp_path, stubs)
+    assert not marker.exists() and len(calls) == 6
+
+
+def test_the_report_build_section_of_a_plan_without_files_keeps_names_commented(tmp_path):
+    stubs = _stubs(tmp_path / "bin")
+    names = _hostile()
+    plan = search_fallback(names, lambda ex: float(len(ex)), FallbackTarget.min_metric(float(len(names))))
+    [code] = fallback_sections(plan)[0].code
+    assert "# ModelOpt: --nodes_to_exclude " in code  # no source model: ModelOpt's flag, as a comment
+    calls = _execute(code, tmp_path, stubs)
+    assert not (tmp_path / "pwned").exists()
+    assert [call[0] for call in calls] == ["trtexec", "trtexec", "polygraphy", "polygraphy"]
+    pinned = _trtexec().parse_args(calls[1][1:]).layerPrecisions
+    assert [item.rsplit(":", 1)[0] for item in pinned.split(",")] == list(names)

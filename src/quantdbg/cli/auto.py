@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
         if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
             result = replace(result, plan=result.plan.with_build(
-                args.out, source=args.model, calibration_data=args.data, staged=staged["out"]))
+                args.out, source=args.model, calibration_data=args.data, graph=staged["out"]))
         result.write(staged["plan"])
         if "html" in staged:
             write_report(result, html=staged["html"])

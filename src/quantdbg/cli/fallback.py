@@ -81,8 +81,9 @@ def run_fallback(args: argparse.Namespace) -> int:
         return 2
     with commit_together({"out": args.out, "plan": args.plan}) as staged:
         result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model,
-                                      calibration_data=args.data, staged=staged["out"])
+        plan = result.plan.with_build(args.out, data, batch_size=args.batch_size,
+                                      source=args.fp32 or args.model, calibration_data=args.data,
+                                      graph=staged["out"])
         plan.write(staged["plan"])
     _print_plan(plan)
     if plan.status != "met":
