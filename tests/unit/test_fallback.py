@@ -223,7 +223,7 @@ def test_weakly_typed_trtexec_command_pins_the_excluded_nodes():
         "'--layerPrecisions=a/b:fp16,c.d:fp16,e f:fp16'")
     bare = EngineBuildSpec(Path("m.onnx"), TrtConfig(save_engine=Path("m.engine")), exclude_precision="fp32")
     assert trtexec_command(bare, strongly_typed=False) == \
-        "trtexec --onnx=m.onnx --int8 --fp32 --saveEngine=m.engine"
+        "trtexec --onnx=m.onnx --int8 --saveEngine=m.engine"  # FP32 needs no flag (trtexec has none)
 
 
 def test_fallback_config_json_round_trip_and_validation():

@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from quantdbg._io import commit_together
+from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli import add_command
 from quantdbg.cli._options import (
@@ -32,6 +32,7 @@ from quantdbg.cli._options import (
     task_metric,
 )
 from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._profile import add_profile_option, profile_config
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -88,6 +89,7 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
     auto.add_argument("--resume", metavar="FILE", help="Progress file to resume from and write (default "
                       "PLAN.json.partial, deleted once the run is done).")
+    add_profile_option(auto)
     add_quant_options(auto)
     add_execution_options(auto)
 
@@ -99,7 +101,7 @@ def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
     return FallbackTarget.min_metric(args.min_metric, lower_is_better=lower)
 
 
-def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
+def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) -> AutoConfig:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     if not 0.0 < args.max_fallback <= 100.0:
@@ -111,7 +113,7 @@ def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
     calib = on_executor(CalibConfig(method=args.method), args, run)
     return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback,
                       max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
-                      progress=show_progress(args), resume_path=resume)
+                      progress=show_progress(args), resume_path=resume, engine=engine)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
                                   "--resume": args.resume or f"{args.plan}.partial"})
     metric = task_metric(args)
     resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
-    config = _config(args, resume)
     model = as_loaded(args.model)
+    config = _config(args, resume, profile_config(args.profile, input_specs(model.proto), args.batch_size))
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
     existed = resume.exists()
     try:
@@ -141,11 +143,10 @@ def run(args: argparse.Namespace) -> int:
             os.unlink(resume)
         raise
     assert result.model is not None  # a run always ends with a model
+    # The build commands name the model where it is saved, and the files ModelOpt's command reads.
+    result = result.located(args.out, source=args.model, calibration_data=args.data)
     with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
         result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
-        if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
-            result = replace(result, plan=result.plan.with_build(
-                args.out, source=args.model, calibration_data=args.data, graph=staged["out"]))
         result.write(staged["plan"])
         if "html" in staged:
             write_report(result, html=staged["html"])
@@ -162,6 +163,6 @@ def _print(result: AutoResult) -> None:
     out.write(f"evaluations: {phases} ({result.n_evaluations} in all)\n")
     for node in result.exclude:
         out.write(f"  {node}\n")
-    if result.plan is not None and result.plan.build is not None:
+    if result.plan is not None:
         for what, command in result.plan.commands.lines():
             out.write(f"{what}:\n  {command}\n")

@@ -13,9 +13,11 @@ from quantdbg._io import commit_together
 from quantdbg.cli import add_command
 from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._profile import add_profile_option, profile_config
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+from quantdbg.model import input_specs
 from quantdbg.sensitivity import MODES, SensitivityConfig, SensitivityReport, VariantEvaluator
 
 
@@ -41,6 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           help="Walk this analyze report instead of ranking.")
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
+    add_profile_option(fallback)
 
 
 def _target(args: argparse.Namespace) -> FallbackTarget:
@@ -66,6 +69,7 @@ def run_fallback(args: argparse.Namespace) -> int:
     check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan})
     target = _target(args)
     metric, fp_model, qmodel, data = load_inputs(args)
+    engine = profile_config(args.profile, input_specs(fp_model.proto), args.batch_size)
     if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
         target = type(target)(target.kind, target.threshold, True, target.reference)
     report = SensitivityReport.read(args.report) if args.report else None
@@ -81,7 +85,7 @@ def run_fallback(args: argparse.Namespace) -> int:
         return 2
     with commit_together({"out": args.out, "plan": args.plan}) as staged:
         result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, batch_size=args.batch_size,
+        plan = result.plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
                                       source=args.fp32 or args.model, calibration_data=args.data,
                                       graph=staged["out"])
         plan.write(staged["plan"])

@@ -210,7 +210,7 @@ class FallbackPlan(_display.Displayable, Serializable):
 
     def with_build(self, model_path: str | os.PathLike, data: DataSource | None = None, *,
                    config: TrtConfig | None = None, batch_size: int | None = None, graph: Any = None,
-                   **files: str | os.PathLike | None) -> FallbackPlan:
+                   **options: Any) -> FallbackPlan:
         """The same plan with the TensorRT build of the mixed model written at ``model_path``.
 
         Args:
@@ -223,8 +223,11 @@ class FallbackPlan(_display.Displayable, Serializable):
             batch_size: The batch size the model was calibrated and evaluated with.
             graph: Where the model's inputs are read instead of ``model_path``: the model in memory
                 (a ModelProto), or the file it is in until it is moved to ``model_path``.
-            **files: ``source`` (the FP32 original, for ModelOpt's command; None: no ModelOpt command),
-                ``calibration_data`` (the calibration .npz, for ModelOpt's command), ``layer_info``.
+            **options: Other :class:`~quantdbg.backends.tensorrt.EngineBuildSpec` fields: ``source``
+                (the FP32 original, for ModelOpt's command; None: no ModelOpt command),
+                ``calibration_data`` (the calibration .npz, for ModelOpt's command), ``layer_info``;
+                ``exclude`` and ``exclude_precision`` default to the plan's (a model with another set
+                excluded names its own).
 
         Returns:
             The plan with :attr:`build` set (unchanged when no profile can be derived or a tool cannot
@@ -233,8 +236,8 @@ class FallbackPlan(_display.Displayable, Serializable):
         path = Path(model_path)
         try:
             spec = EngineBuildSpec.from_model(path, config, data=data, batch_size=batch_size, graph=graph,
-                                              exclude=self.exclude, exclude_precision=self.precision,
-                                              **files)
+                                              **{"exclude": self.exclude, "exclude_precision": self.precision,
+                                                 **options})
             spec = _engine_beside(spec)
             build_commands(spec)  # refuses input names no tool can spell, before the plan holds them
         except QuantDbgError as err:
@@ -242,13 +245,15 @@ class FallbackPlan(_display.Displayable, Serializable):
             return self
         return replace(self, build=spec)
 
-    def located(self, model_path: str | os.PathLike) -> FallbackPlan:
+    def located(self, model_path: str | os.PathLike, **files: str | os.PathLike) -> FallbackPlan:
         """The same plan, its build (if any) naming the model at ``model_path`` and the engine beside it
-        (for a model saved somewhere else than the build said)."""
+        (for a model saved somewhere else than the build said); ``files`` sets the build's
+        ``source`` and ``calibration_data`` (ModelOpt's inputs)."""
         if self.build is None:
             return self
         config = replace(self.build.config, save_engine=None)
-        return replace(self, build=_engine_beside(replace(self.build, model=Path(model_path), config=config)))
+        spec = replace(self.build, model=Path(model_path), config=config, **files)  # type: ignore[arg-type]
+        return replace(self, build=_engine_beside(spec))
 
     @property
     def commands(self) -> BuildCommands:

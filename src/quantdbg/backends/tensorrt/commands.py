@@ -299,9 +299,10 @@ def layer_precisions_problem(exclude: Sequence[str]) -> str | None:
 
 
 def _weakly_typed(spec: EngineBuildSpec) -> list[str]:
-    # INT8 and the excluded nodes' precision enabled; those nodes pinned to it by name.
+    # INT8 and the excluded nodes' precision enabled (FP32 always is: trtexec has no --fp32 flag);
+    # those nodes pinned to it by name.
     precision = spec.exclude_precision.value
-    args = ["--int8", f"--{precision}"]
+    args = ["--int8", *([f"--{precision}"] if spec.exclude_precision is not Precision.FP32 else [])]
     if spec.exclude:
         problem = layer_precisions_problem(spec.exclude)
         if problem is not None:
