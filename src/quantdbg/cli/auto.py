@@ -18,6 +18,7 @@ from quantdbg._io import commit_together
 from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli import add_command
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     READY_METRICS,
     add_data_option,
@@ -32,7 +33,6 @@ from quantdbg.cli._options import (
     task_metric,
 )
 from quantdbg.cli._paths import check_paths, inputs_of
-from quantdbg.cli._profile import add_profile_option, profile_config
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -164,5 +164,4 @@ def _print(result: AutoResult) -> None:
     for node in result.exclude:
         out.write(f"  {node}\n")
     if result.plan is not None:
-        for what, command in result.plan.commands.lines():
-            out.write(f"{what}:\n  {command}\n")
+        print_commands(result.plan.commands)

@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
 from quantdbg._io import commit_together
 from quantdbg.cli import add_command
-from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
+from quantdbg.cli._options import (
+    add_model_options,
+    add_out_option,
+    executor,
+    load_inputs,
+    quant_config,
+    show_progress,
+)
 from quantdbg.cli._paths import check_paths, inputs_of
-from quantdbg.cli._profile import add_profile_option, profile_config
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
@@ -79,15 +87,18 @@ def run_fallback(args: argparse.Namespace) -> int:
                             executor=run)
     with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
+    plan = result.plan
+    if qmodel.calibration is not None:  # quantized here: how, so `quantdbg apply` re-creates the model
+        plan = replace(plan, calib=qmodel.calibration.config, quant=quant_config(args))
     if result.mixed is None:
-        result.plan.write(args.plan)
-        sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
+        plan.write(args.plan)
+        sys.stderr.write(f"quantdbg fallback: error: {plan.message} Plan written to {args.plan}.\n")
         return 2
     with commit_together({"out": args.out, "plan": args.plan}) as staged:
         result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
-                                      source=args.fp32 or args.model, calibration_data=args.data,
-                                      graph=staged["out"])
+        plan = plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
+                               source=args.fp32 or args.model, calibration_data=args.data,
+                               graph=staged["out"])
         plan.write(staged["plan"])
     _print_plan(plan)
     if plan.status != "met":
@@ -102,5 +113,4 @@ def _print_plan(plan: Any) -> None:
                      "+ 1 verification\n")
     for node in plan.exclude:
         sys.stdout.write(f"  {node}\n")
-    for what, command in plan.commands.lines():
-        sys.stdout.write(f"{what}:\n  {command}\n")
+    print_commands(plan.commands)

@@ -22,7 +22,7 @@ from quantdbg.backends.tensorrt import (
     layer_precisions_problem,
     trtexec_command,
 )
-from quantdbg.config import Precision
+from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
@@ -173,6 +173,11 @@ class FallbackPlan(_display.Displayable, Serializable):
             else None.
         footprint: The model's weight bytes and the process's peak RSS when the result was made
             (None in files written before it was recorded).
+        calib: How the INT8 model the search started from was calibrated, and ``quant`` where its
+            Q/DQ pairs went: with both, :func:`quantdbg.pipeline.apply_recipe` re-creates the mixed
+            model from an FP32 model and calibration data (None when the model came quantized, or
+            in files written before they were recorded).
+        quant: See ``calib``.
     """
 
     status: PlanStatus
@@ -188,6 +193,8 @@ class FallbackPlan(_display.Displayable, Serializable):
     message: str = ""
     build: EngineBuildSpec | None = None
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
+    calib: CalibConfig | None = field(default=None, metadata=_json.optional())
+    quant: QuantConfig | None = field(default=None, metadata=_json.optional())
 
     @property
     def n_evaluations(self) -> int:
@@ -238,7 +245,7 @@ class FallbackPlan(_display.Displayable, Serializable):
             spec = EngineBuildSpec.from_model(path, config, data=data, batch_size=batch_size, graph=graph,
                                               **{"exclude": self.exclude, "exclude_precision": self.precision,
                                                  **options})
-            spec = _engine_beside(spec)
+            spec = spec.engine_beside()
             build_commands(spec)  # refuses input names no tool can spell, before the plan holds them
         except QuantDbgError as err:
             logger.warning("no TensorRT build commands in the plan: %s", err)
@@ -253,7 +260,7 @@ class FallbackPlan(_display.Displayable, Serializable):
             return self
         config = replace(self.build.config, save_engine=None)
         spec = replace(self.build, model=Path(model_path), config=config, **files)  # type: ignore[arg-type]
-        return replace(self, build=_engine_beside(spec))
+        return replace(self, build=spec.engine_beside())
 
     @property
     def commands(self) -> BuildCommands:
@@ -261,7 +268,7 @@ class FallbackPlan(_display.Displayable, Serializable):
         commands for a model at the placeholder path ``MIXED.onnx``."""
         if self.build is not None:
             return build_commands(self.build)
-        return build_commands(_engine_beside(self.tensorrt.spec()))
+        return build_commands(self.tensorrt.spec().engine_beside())
 
     @property
     def mixed_path(self) -> Path:
@@ -304,13 +311,6 @@ class FallbackPlan(_display.Displayable, Serializable):
         spec = None if build is None else build.get("spec")
         values["build"] = _json.decode(hints["build"], spec, _at(where, "tensorrt.build.spec"))
         return _json.construct(cls, values, where)
-
-
-def _engine_beside(spec: EngineBuildSpec) -> EngineBuildSpec:
-    """``spec`` saving the engine beside the model (``m.onnx`` -> ``m.engine``) unless it says where."""
-    if spec.config.save_engine is not None:
-        return spec
-    return replace(spec, config=replace(spec.config, save_engine=spec.model.with_suffix(".engine")))
 
 
 __all__ = ["PLAN_STATUSES", "PURPOSES", "STRATEGIES", "FallbackEvaluation", "FallbackPlan", "PlanStatus",

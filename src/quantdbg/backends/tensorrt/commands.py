@@ -133,6 +133,13 @@ class EngineBuildSpec(Serializable):
         shapes = resolve_profile(input_specs(proto), config.shapes, config.batch, seen)
         return cls(Path(model), replace(config, shapes=shapes), **options)
 
+    def engine_beside(self) -> EngineBuildSpec:
+        """This spec saving the engine beside the model (``m.onnx`` -> ``m.engine``) unless
+        ``config.save_engine`` already says where."""
+        if self.config.save_engine is not None:
+            return self
+        return replace(self, config=replace(self.config, save_engine=self.model.with_suffix(".engine")))
+
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> EngineBuildSpec:
         if not isinstance(data, dict):

@@ -1,4 +1,7 @@
-"""``--profile``: the TensorRT optimization profile of the build commands (fallback, auto, apply, demo).
+"""What the subcommands that write a model TensorRT builds share (fallback, auto, apply, demo): the
+``--profile`` option and the printed build commands.
+
+``--profile`` sets the TensorRT optimization profile of the build commands.
 
 Without it every command follows one rule (:func:`quantdbg.backends.tensorrt.batch_profile`): a
 dynamic batch gets min 1, opt and max the ``--batch-size`` the model was calibrated and evaluated
@@ -9,9 +12,10 @@ for an input with a dynamic sequence length too).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
 
-from quantdbg.backends.tensorrt import ShapeRange, TrtConfig, batch_profile, resolve_profile
+from quantdbg.backends.tensorrt import BuildCommands, ShapeRange, TrtConfig, batch_profile, resolve_profile
 from quantdbg.errors import ConfigError, unknown
 from quantdbg.model import TensorSpec
 
@@ -93,3 +97,9 @@ def _input_range(entry: str, spec: TensorSpec, triple: tuple[tuple[int, ...], ..
         return resolve_profile({spec.name: spec}, {spec.name: ShapeRange(*triple)}, (1, 1, 1))[spec.name]
     except ConfigError as err:
         raise ConfigError(f"--profile {entry!r}: {err}") from err
+
+
+def print_commands(commands: BuildCommands) -> None:
+    """Prints every build command after a line saying what it does."""
+    for what, command in commands.lines():
+        sys.stdout.write(f"{what}:\n  {command}\n")
