@@ -3,13 +3,10 @@ nodes a re-export renamed named in one error, and the evaluation gate's exit sta
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 
 import models_auto as ma
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from tool_grammars import modelopt, run, trtexec
 
@@ -18,37 +15,13 @@ from quantdbg.errors import ConfigError, ModelError
 from quantdbg.fallback import FallbackPlan
 from quantdbg.pipeline import apply_recipe
 
-# 1 - ||y - y_fp32|| / ||y_fp32|| on the evaluation data (1.0 for the FP32 model).
-SCORE = """\
-import sys
-import numpy as np
-import onnxruntime as ort
-x = np.load(sys.argv[2])["x"]
-ref = np.load(sys.argv[3])["y"]
-out = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-print(1 - np.linalg.norm(out - ref) / np.linalg.norm(ref))
-"""
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The planted CNN (only keeping ``conv2`` out of INT8 meets 30 dB), its data and a scoring script."""
-    folder = tmp_path_factory.mktemp("apply")
     rng = np.random.default_rng(1)
-    model = ma.planted_cnn()
-    onnx.save(model, str(folder / "fp32.onnx"))
-    np.savez(folder / "calib.npz", **ma.cnn_inputs(rng))
-    evals = ma.cnn_inputs(rng)
-    np.savez(folder / "eval.npz", **evals)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.savez(folder / "ref.npz", y=session.run(None, evals)[0])
-    (folder / "score.py").write_text(SCORE)
-    return folder
-
-
-def _evaluate(files) -> str:  # noqa: ANN001
-    return " ".join(shlex.quote(str(a)) for a in (sys.executable, files / "score.py")) + \
-        f" {{model}} {shlex.quote(str(files / 'eval.npz'))} {shlex.quote(str(files / 'ref.npz'))}"
+    return ma.write_task_files(tmp_path_factory.mktemp("apply"), ma.planted_cnn(), ma.cnn_inputs(rng),
+                               ma.cnn_inputs(rng))
 
 
 def _run(capsys, *argv) -> tuple[int, str, str]:  # noqa: ANN001
@@ -107,7 +80,7 @@ def test_the_evaluation_gate_exits_0_when_met_and_1_when_missed(files, fallback_
                                                                  status, verdict):
     out = tmp_path / "gated.onnx"
     code, stdout, err = _run(capsys, "apply", fallback_run / "plan.json", files / "fp32.onnx", "--data",
-                             files / "calib.npz", "-o", out, "--evaluate", _evaluate(files), *gate)
+                             files / "calib.npz", "-o", out, "--evaluate", ma.score_command(files), *gate)
     assert code == status, err
     last = stdout.splitlines()[-1]
     assert last.startswith(verdict) and 0.9 < float(last.removeprefix(verdict)) < 1.0

@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from html import escape as html_escape
 
 import models_auto as ma
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 
@@ -22,36 +20,16 @@ from quantdbg.pipeline import REPAIRS, AutoResult, apply_recipe
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import MODES
 
-SCORE = """\
-import sys
-import numpy as np
-import onnxruntime as ort
-x = np.load(sys.argv[2])["x"]
-ref = np.load(sys.argv[3])["y"]
-out = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-print(1 - np.linalg.norm(out - ref) / np.linalg.norm(ref))
-"""
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The clipped MLP, its data, the FP32 outputs on the evaluation data and a scoring script."""
-    folder = tmp_path_factory.mktemp("auto")
     rng = np.random.default_rng(0)
-    model = ma.clipped_mlp()
-    onnx.save(model, str(folder / "fp32.onnx"))
-    np.savez(folder / "calib.npz", **ma.clipped_inputs(rng))
-    evals = ma.clipped_inputs(rng)
-    np.savez(folder / "eval.npz", **evals)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.savez(folder / "ref.npz", y=session.run(None, evals)[0])
-    (folder / "score.py").write_text(SCORE)
-    return folder
+    return ma.write_task_files(tmp_path_factory.mktemp("auto"), ma.clipped_mlp(), ma.clipped_inputs(rng),
+                               ma.clipped_inputs(rng))
 
 
-def _command(files) -> str:  # noqa: ANN001
-    return " ".join(shlex.quote(str(a)) for a in (sys.executable, files / "score.py")) + \
-        f" {{model}} {shlex.quote(str(files / 'eval.npz'))} {shlex.quote(str(files / 'ref.npz'))}"
+_command = ma.score_command
 
 
 def _run(capsys, *argv) -> tuple[int, str, str]:  # noqa: ANN001
