@@ -142,11 +142,12 @@ def run(args: argparse.Namespace) -> int:
         if args.resume is None and not existed and resume.exists():
             os.unlink(resume)
         raise
-    assert result.model is not None  # a run always ends with a model
+    final = result.model
+    assert final is not None  # a run always ends with a model
     # The build commands name the model where it is saved, and the files ModelOpt's command reads.
     result = result.located(args.out, source=args.model, calibration_data=args.data)
     with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
-        result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
+        final.save(staged["out"])  # the model, its plan and report appear together or not at all
         result.write(staged["plan"])
         if "html" in staged:
             write_report(result, html=staged["html"])
