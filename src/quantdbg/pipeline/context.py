@@ -36,8 +36,8 @@ from quantdbg.sensitivity import (
     SensitivityReport,
     analyze_variants,
     default_runner_factory,
+    model_key,
 )
-from quantdbg.sensitivity.journaled import model_key
 
 logger = logging.getLogger(__name__)
 

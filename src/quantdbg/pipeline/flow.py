@@ -34,8 +34,7 @@ from quantdbg.pipeline.records import RepairRecord
 from quantdbg.pipeline.repairs import REPAIR_PASSES
 from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
-from quantdbg.sensitivity import JournaledMetric, VariantEvaluator
-from quantdbg.sensitivity.journaled import model_key
+from quantdbg.sensitivity import JournaledMetric, VariantEvaluator, model_key
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from quantdbg.sensitivity.evaluator import default_runner_factory as default_run
 from quantdbg.sensitivity.evidence import LayerEvidence as LayerEvidence
 from quantdbg.sensitivity.journaled import JournaledEvaluator as JournaledEvaluator
 from quantdbg.sensitivity.journaled import JournaledMetric as JournaledMetric
+from quantdbg.sensitivity.journaled import model_key as model_key
 from quantdbg.sensitivity.modes import MODE_FUNCTIONS as MODE_FUNCTIONS
 from quantdbg.sensitivity.output_space import OutputSpace as OutputSpace
 from quantdbg.sensitivity.output_space import measure_output_space as measure_output_space
