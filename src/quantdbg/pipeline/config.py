@@ -102,9 +102,10 @@ class AutoConfig(Serializable):
         batch_size: Samples per feed for arrays and ``.npz`` files (None: 32).
         threads: ONNX Runtime intra-op threads (0: all cores).
         progress: Show progress bars (else log lines at DEBUG).
-        resume_path: JSON file holding the finished passes and every evaluation made; a run
-            stopped earlier resumes from it (it must belong to the same model, data, metric,
-            target and settings). None: nothing is written.
+        resume_path: The run's journal (:mod:`quantdbg._journal`), every finished pass and
+            evaluation appended as it is made; a run stopped earlier resumes from it (it must
+            belong to the same model, data, metric, evaluation files, target and settings).
+            None: nothing is written.
         engine: The TensorRT profile and build settings of the result's build commands (None: a
             dynamic batch from 1 to ``batch_size``, the rule of every command).
 
@@ -150,8 +151,8 @@ class AutoConfig(Serializable):
         return max(1, int(self.max_fallback_share * n_layers + 1e-9))
 
     def settings(self) -> AutoConfig:
-        """The settings that decide the result: progress, the resume file and the build commands'
-        settings left out (for fingerprints)."""
+        """The settings that decide the result: progress, the journal and the build commands'
+        settings left out (for its ingredients)."""
         sensitivity = replace(self.fallback.sensitivity, progress=False, results_path=None)
         return replace(self, fallback=replace(self.fallback, sensitivity=sensitivity), progress=False,
                        resume_path=None, engine=None)
