@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from quantdbg._io import commit_together
 from quantdbg.errors import ConfigError, DataError, ModelError
 
 INPUT_NAME = "input"
@@ -120,9 +121,13 @@ print(float((logits.argmax(axis=1) == data["labels"]).mean()))
 """The sample evaluation command ``export_demo`` writes: a task metric the way ``--evaluate`` reads it."""
 
 
+EXPORT_FILES = ("model.onnx", "calib.npz", "eval.npz", "score.py")
+"""The files :func:`export_demo` writes, in its folder."""
+
+
 def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
     """Writes the embedded model, its data and a sample evaluation script, so the commands of the
-    README run as written.
+    README run as written. The four files appear together or not at all.
 
     Files: ``model.onnx`` (the FP32 digits CNN), ``calib.npz`` (``input``: float32 [256,1,16,16]),
     ``eval.npz`` (``input``: float32 [540,1,16,16] and ``labels``: int64 [540]) and ``score.py``
@@ -136,20 +141,20 @@ def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
 
     Raises:
         ConfigError: ``out_dir`` does not exist.
+        OutputError: A file cannot be written (none was).
     """
-    from quantdbg._io import atomic_file, write_bytes_atomic, write_text_atomic
-
     folder = _out_folder(out_dir)
     assert folder is not None
     emb = load_embedded()
-    files = {"model.onnx": write_bytes_atomic(folder / "model.onnx", emb.model_path.read_bytes())}
+    files = {name: folder / name for name in EXPORT_FILES}
     arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
                                          "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
-    for name, content in arrays.items():
-        with atomic_file(folder / name) as tmp, open(tmp, "wb") as stream:
-            np.savez(stream, **content)
-        files[name] = folder / name
-    files["score.py"] = write_text_atomic(folder / "score.py", SCORE_SCRIPT)
+    with commit_together(files) as staged:  # private folders: each file moves into place at the end
+        staged["model.onnx"].write_bytes(emb.model_path.read_bytes())
+        for name, content in arrays.items():
+            with open(staged[name], "wb") as stream:
+                np.savez(stream, **content)
+        staged["score.py"].write_text(SCORE_SCRIPT, encoding="utf-8")
     return files
 
 
@@ -263,17 +268,22 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
                       progress=progress)
     n_layers = len(qmodel.layers)
     scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.excluded), threads)
-    if folder is not None:  # the plan's build commands name the mixed model written beside it
-        mixed.save(folder / MIXED_FILE)
-        plan = plan.with_build(folder / MIXED_FILE, source=emb.model_path)
-    bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
-    files = _write(folder, bundle, qmodel, mixed, plan)
+    files = {} if folder is None else {name: folder / name for name in RUN_FILES}
+    with commit_together(files) as staged:  # every file appears, or (on a failure) none
+        if staged:  # the plan's build commands name the mixed model written beside it
+            mixed.save(staged[MIXED_FILE])
+            plan = plan.with_build(files[MIXED_FILE], source=emb.model_path, staged=staged[MIXED_FILE])
+        bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
+        _write(staged, bundle, qmodel, plan)
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
     return DemoResult(scores, n_layers, culprits, tuple(mixed.excluded), bundle, files,
                       round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
 
 
 MIXED_FILE = "digits_cnn_mixed.onnx"
+RUN_FILES = ("report.html", "report.md", "report.json", "digits_cnn_int8.onnx", MIXED_FILE,
+             "fallback_plan.json")
+"""The files :func:`run_demo` writes, in its folder."""
 
 
 def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
@@ -313,15 +323,12 @@ def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibrati
     return ReportBundle("quantdbg demo: digits CNN", (calibration, ranking, plan, doctor), summary, notes)
 
 
-def _write(folder: Path | None, bundle: Any, qmodel: Any, mixed: Any, plan: Any) -> dict[str, Path]:
-    if folder is None:
-        return {}
+def _write(staged: Mapping[str, Path], bundle: Any, qmodel: Any, plan: Any) -> None:
+    """Writes the report, the INT8 model and the plan at their ``staged`` paths (none: nothing)."""
+    if not staged:
+        return
     from quantdbg.report import write_report
 
-    written = write_report(bundle, html=folder / "report.html", markdown=folder / "report.md",
-                           json=folder / "report.json")
-    files = {"report.html": written.html, "report.md": written.markdown, "report.json": written.json}
-    files["digits_cnn_int8.onnx"] = qmodel.save(folder / "digits_cnn_int8.onnx")
-    files[MIXED_FILE] = folder / MIXED_FILE  # written before the plan's build
-    files["fallback_plan.json"] = plan.write(folder / "fallback_plan.json")
-    return {name: path for name, path in files.items() if path is not None}
+    write_report(bundle, html=staged["report.html"], markdown=staged["report.md"], json=staged["report.json"])
+    qmodel.save(staged["digits_cnn_int8.onnx"])
+    plan.write(staged["fallback_plan.json"])

@@ -19,7 +19,12 @@ from google.protobuf.message import DecodeError
 from onnx import shape_inference, version_converter
 
 from quantdbg.errors import ModelError, QuantDbgError
-from quantdbg.model.external import check_data_files, fits_in_protobuf, mark_lazy  # noqa: F401 (re-exported)
+from quantdbg.model.external import (  # noqa: F401 (re-exported)
+    check_data_files,
+    data_files,
+    fits_in_protobuf,
+    mark_lazy,
+)
 from quantdbg.model.names import name_nodes
 from quantdbg.model.staging import check_model
 from quantdbg.model.weights import FoldedWeight, fold_weights, summarize_folded
@@ -179,6 +184,22 @@ def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
         raise ModelError(f"Cannot load the external weights of {str(path)!r}: {err}. Put the data file "
                          "beside the model as it was saved, or re-export the model.") from err
     return model
+
+
+def data_files_of(path: str | os.PathLike) -> tuple[Path, ...]:
+    """The external data files the model file ``path`` names, found from its graph alone (no weight
+    is read, none need exist): the files a command reading the model must never write.
+
+    Returns:
+        Their paths (the model's folder joined with each ``location``), sorted, each once; empty
+        when ``path`` is not a readable ONNX file (loading it reports why).
+    """
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # protobuf raises several unrelated types; loading the model names the problem
+        return ()
+    mark_lazy(model, Path(path).parent)
+    return data_files(model)
 
 
 def _check_external_locations(model: onnx.ModelProto, base: Path) -> None:
