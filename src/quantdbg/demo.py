@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from quantdbg._io import commit_together
+from quantdbg._io import atomic_file, commit_together, write_bytes_atomic, write_text_atomic
 from quantdbg.errors import ConfigError, DataError, ModelError
 
 INPUT_NAME = "input"
@@ -150,11 +150,11 @@ def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
     arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
                                          "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
     with commit_together(files) as staged:  # private folders: each file moves into place at the end
-        staged["model.onnx"].write_bytes(emb.model_path.read_bytes())
+        write_bytes_atomic(staged["model.onnx"], emb.model_path.read_bytes())
         for name, content in arrays.items():
-            with open(staged[name], "wb") as stream:
+            with atomic_file(staged[name]) as tmp, open(tmp, "wb") as stream:
                 np.savez(stream, **content)
-        staged["score.py"].write_text(SCORE_SCRIPT, encoding="utf-8")
+        write_text_atomic(staged["score.py"], SCORE_SCRIPT)
     return files
 
 

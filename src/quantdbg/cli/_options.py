@@ -119,12 +119,21 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def task_metric(args: argparse.Namespace) -> Any:
-    """The metric the options select: --evaluate's command, --labels' accuracy, or --metric.
+    """The metric the options select: --evaluate's command, --labels' accuracy, or --metric; the
+    output SQNR for a --min-sqnr target.
 
     Raises:
         ConfigError: Contradicting options.
         DataError: The --labels array is missing.
     """
+    if getattr(args, "min_sqnr", None) is not None:
+        if args.evaluate or args.labels:
+            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
+                              "--min-metric or --max-rel-loss.")
+        if args.metric not in (None, "sqnr"):
+            raise ConfigError(f"--min-sqnr judges the output SQNR, not --metric {args.metric}; drop "
+                              "--metric, or give --min-metric or --max-rel-loss.")
+        return OutputMetric("sqnr")
     if args.lower_is_better and not args.evaluate:
         raise ConfigError("--lower-is-better describes the --evaluate command's metric; add --evaluate CMD.")
     if args.evaluate and args.labels:
@@ -148,15 +157,9 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def fallback_target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
-    """The target --min-metric, --max-rel-loss or --min-sqnr set, in the direction of ``metric``.
-
-    Raises:
-        ConfigError: --min-sqnr with --evaluate or --labels (the SQNR target reads the outputs).
-    """
+    """The target --min-metric, --max-rel-loss or --min-sqnr set, in the direction of ``metric``
+    (the one :func:`task_metric` builds: the output SQNR for --min-sqnr)."""
     if args.min_sqnr is not None:
-        if args.evaluate or args.labels:
-            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
-                              "--min-metric or --max-rel-loss.")
         return FallbackTarget.min_sqnr(args.min_sqnr)
     lower = not metric.higher_is_better
     if args.max_rel_loss is not None:

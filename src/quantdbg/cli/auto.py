@@ -39,7 +39,7 @@ from quantdbg.cli._paths import claim_outputs
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
-from quantdbg.evaluation import OutputMetric, TaskMetric
+from quantdbg.evaluation import TaskMetric
 from quantdbg.fallback import FallbackConfig
 from quantdbg.model import as_loaded, input_specs
 from quantdbg.pipeline import REPAIRS, AutoConfig, AutoResult, auto
@@ -93,20 +93,15 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
 
 
 def _metric(args: argparse.Namespace) -> TaskMetric:
-    """The task metric: --evaluate, --labels or --metric; the output SQNR for --min-sqnr alone.
+    """The task metric: --evaluate, --labels or --metric; the output SQNR for --min-sqnr.
 
     Raises:
-        ConfigError: No task metric for a metric target, or one that is not the SQNR for --min-sqnr.
+        ConfigError: A metric target without a task metric, or contradicting options.
     """
-    if args.evaluate is None and args.labels is None and args.metric is None:
-        if args.min_sqnr is None:
-            raise ConfigError("--min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
-                              "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the "
-                              "output SQNR).")
-        return OutputMetric("sqnr")
-    if args.min_sqnr is not None and args.metric not in (None, "sqnr"):
-        raise ConfigError(f"--min-sqnr judges the output SQNR, not --metric {args.metric}; drop --metric, "
-                          "or give --min-metric or --max-rel-loss.")
+    if args.evaluate is None and args.labels is None and args.metric is None and args.min_sqnr is None:
+        raise ConfigError("--min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
+                          "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the "
+                          "output SQNR).")
     return task_metric(args)
 
 
