@@ -250,13 +250,13 @@ def _fuzz(name: str, doc: Any, read: Callable[[Path], Any], n: int, work: Path) 
 
 
 def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
+    from quantdbg._journal import Journal
     from quantdbg.diagnostics import DoctorReport
     from quantdbg.fallback import FallbackPlan
     from quantdbg.model import load_model
     from quantdbg.qdq.cache import parse_trt_cache, read_scales_json
     from quantdbg.report import load_result
     from quantdbg.sensitivity import SensitivityReport
-    from quantdbg.sensitivity.resume import ResultsFile
 
     _cli(work, "calibrate m.onnx --data calib.npz --method minmax --out q2.onnx --cache c.cache "
          "--scales s.json")
@@ -264,14 +264,20 @@ def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
     _cli(work, "doctor m.onnx --data calib.npz --checks weight_zeroing --json d.json")
     docs = {n_: json.loads((work / f).read_text()) for n_, f in
             (("sensitivity", "r.json"), ("plan", "p.json"), ("doctor", "d.json"), ("scales", "s.json"))}
-    progress = {"format": "quantdbg.sensitivity-progress/1", "fingerprint": "a=1", "mode": "isolated",
-                "done": {"conv": {"comparison": None, "value": 0.5}}}
+    run = {"models": "a", "mode": "isolated"}
+    journal = Journal.open(work / "journal.partial", "analyze", run)
+    journal.record("evaluation:sweep:isolated:conv", {"comparison": None, "value": 0.5})
+    journal.record("report", docs["sensitivity"])
+
+    def read_journal(text: str) -> Any:
+        (work / "fuzz.partial").write_text(text)
+        return Journal.open(work / "fuzz.partial", "analyze", run)
     rows = [
         _fuzz("SensitivityReport.read", docs["sensitivity"], SensitivityReport.read, n, work),
         _fuzz("FallbackPlan.read", docs["plan"], FallbackPlan.read, n, work),
         _fuzz("DoctorReport.read", docs["doctor"], DoctorReport.read, n, work),
         _fuzz("load_result (doctor)", docs["doctor"], load_result, n, work),
-        _fuzz("sweep progress (resume)", progress, lambda p: ResultsFile.open(p, "a=1", "isolated"), n, work),
+        _fuzz_text("journal (resume)", (work / "journal.partial").read_text(), read_journal, n),
         _fuzz("read_scales_json", docs["scales"], read_scales_json, n, work),
     ]
     cache = (work / "c.cache").read_text()
@@ -453,17 +459,20 @@ def run_disk_cases(work: Path) -> list[tuple[str, ...]]:
                                       "out/d.json --md out/d.md --html out/d.html",
                                       ["d.json", "d.md", "d.html"]),
         "demo --export": ("demo --export out", ["model.onnx", "calib.npz", "eval.npz", "score.py"]),
-        "auto (journal)": ("auto m.onnx --data calib.npz --eval eval.npz --metric cosine --min-metric 1.01 "
-                           "--out out/a.onnx --plan out/a.json", ["a.onnx", "a.json"]),
+        "auto (journal, outputs)": ("auto m.onnx --data calib.npz --eval eval.npz --metric cosine "
+                                    "--min-metric 1.01 --out out/a.onnx --plan out/a.json",
+                                    ["a.onnx", "a.json"]),
     }
     rows = []
     for what, (command, names) in sets.items():
-        for fault, n in [("ENOSPC", k) for k in range(1, min(len(names), 3) + 1)] + [("EROFS", 0)]:
+        for fault, n in [("ENOSPC", k) for k in range(1, 6)] + [("EROFS", 0)]:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
-            before = _state(work)
-            with _fault(fault, n, out):
+            before, calls = _state(work), []
+            with _fault(fault, n, out, calls):
                 status, line = _cli(work, command)
+            if fault == "ENOSPC" and len(calls) < n:
+                continue  # the command writes fewer times: no fault was injected
             left = sorted(p.name for p in out.iterdir() if p.name in names)
             changed = sorted(k for k, v in _state(work).items() if before.get(k) != v)
             case = f"{what}: {fault}" + (f" at write {n}" if n else "")
@@ -476,19 +485,32 @@ def run_disk_cases(work: Path) -> list[tuple[str, ...]]:
 
 
 @contextlib.contextmanager
-def _fault(kind: str, n: int, out: Path) -> Iterator[None]:
-    """ENOSPC at the n-th file published (every quantdbg write goes through ``_io.publish``), or EROFS
-    for files created in ``out``."""
+def _fault(kind: str, n: int, out: Path, calls: list[Any]) -> Iterator[None]:
+    """ENOSPC at the n-th write into ``out`` (a file published through ``_io.publish``, where every
+    quantdbg output goes, or an ``os.write`` to a file there: the resume journal, a lock; each is
+    appended to ``calls``), or EROFS for files created in ``out``."""
     import quantdbg._io as io_
 
-    saved = {"publish": io_.publish, "mkstemp": tempfile.mkstemp, "mkdtemp": tempfile.mkdtemp}
-    calls: list[Any] = []
+    saved = {"publish": io_.publish, "write": os.write, "mkstemp": tempfile.mkstemp,
+             "mkdtemp": tempfile.mkdtemp}
 
-    def publish(tmp: Any, dest: Any) -> None:
-        calls.append(dest)
+    def full() -> None:
+        calls.append(None)
         if len(calls) == n:
             raise OSError(28, "No space left on device")
+
+    def publish(tmp: Any, dest: Any) -> None:
+        full()
         saved["publish"](tmp, dest)
+
+    def write(fd: int, data: Any) -> int:
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # not a file (a closed descriptor): not counted
+            target = ""
+        if target.startswith(str(out.resolve()) + os.sep):
+            full()
+        return saved["write"](fd, data)
 
     def read_only(name: str) -> Callable[..., Any]:
         def create(*args: Any, **kwargs: Any) -> Any:
@@ -499,13 +521,13 @@ def _fault(kind: str, n: int, out: Path) -> Iterator[None]:
         return create
 
     if kind == "ENOSPC":
-        io_.publish = publish
+        io_.publish, os.write = publish, write
     else:
         tempfile.mkstemp, tempfile.mkdtemp = read_only("mkstemp"), read_only("mkdtemp")
     try:
         yield
     finally:
-        io_.publish = saved["publish"]
+        io_.publish, os.write = saved["publish"], saved["write"]
         tempfile.mkstemp, tempfile.mkdtemp = saved["mkstemp"], saved["mkdtemp"]
 
 

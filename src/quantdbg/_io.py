@@ -210,8 +210,11 @@ def output_lock(dest: str | os.PathLike, what: str) -> Iterator[Path]:
     lock = target.parent / f".{target.name}.lock"
     fd = _acquire(lock, what)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as err:
+            raise output_error([lock], err) from err
         yield lock
     finally:
         with contextlib.suppress(OSError):

@@ -95,19 +95,44 @@ def test_doctor_writes_its_three_reports_or_none(folder, tmp_path, capsys, monke
     assert list(out.iterdir()) == []
 
 
-@pytest.mark.parametrize("n", [1, 3])
-def test_a_full_disk_while_auto_writes_its_progress_is_one_line(folder, tmp_path, capsys, monkeypatch, n):
-    plan = tmp_path / "p.json"
-    _fail_at(monkeypatch, n)
-    _failed(capsys, ["auto", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval",
-                     str(folder / "eval.npz"), "--metric", "cosine", "--min-metric", "1.01", "--out",
-                     str(tmp_path / "x.onnx"),
-                     "--plan", str(plan), "--no-progress"], [f"{plan}.partial"])
-    left = sorted(p.name for p in tmp_path.iterdir())
-    # what was finished before the disk filled stays for the rerun; nothing else exists
-    assert left == ([] if n == 1 else ["p.json.partial"])
-    if n > 1:
-        assert json.loads((tmp_path / "p.json.partial").read_text())["fingerprint"]
+def _journal_full_at(monkeypatch, journal, n):
+    """Makes the n-th write to the resume journal ``journal`` fail as a full disk would."""
+    real, calls = os.write, []
+
+    def write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}") == str(journal.resolve()):
+            calls.append(fd)
+            if len(calls) == n:
+                raise OSError(errno.ENOSPC, FULL)
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return calls
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to tell the journal's writes")
+@pytest.mark.parametrize(("where", "n"), [("journal", 1), ("journal", 3), ("outputs", 1), ("outputs", 2)])
+def test_a_full_disk_while_auto_runs_is_one_line_and_the_rerun_finishes(folder, tmp_path, capsys, monkeypatch,
+                                                                        where, n):
+    plan, out = tmp_path / "p.json", tmp_path / "x.onnx"
+    argv = ["auto", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval",
+            str(folder / "eval.npz"), "--metric", "cosine", "--min-metric", "1.01", "--out", str(out),
+            "--plan", str(plan), "--no-progress"]
+    if where == "journal":
+        calls = _journal_full_at(monkeypatch, tmp_path / "p.json.partial", n)
+        message = (f"Cannot write the resume file {str(plan) + '.partial'!r}: {FULL}; free space or choose "
+                   "another resume file.")
+    else:
+        calls = _fail_at(monkeypatch, n)
+        message = f"Cannot write {str(out)!r}, {str(plan)!r}: {FULL}; nothing was written."
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert len(calls) == n
+    assert capsys.readouterr().err == f"quantdbg auto: error: {message}\n"
+    assert not out.exists() and not plan.exists() and not (tmp_path / "x.onnx.data").exists()
+    monkeypatch.undo()
+    assert main(argv) == 1  # the disk has room again: the rerun finishes (target unreachable: status 1)
+    assert out.is_file() and json.loads(plan.read_text())["met"] is False
 
 
 def test_a_folder_turned_read_only_is_one_line_with_nothing_written(folder, tmp_path, capsys, monkeypatch):

@@ -78,10 +78,12 @@ _MODELS = frozenset({"model", "fp32"})
 
 def inputs_of(args: argparse.Namespace) -> list[_File]:
     """Every file a subcommand's parsed arguments make it read: the files named, the data files of
-    the models among them, the existing files its ``--evaluate`` command names.
+    the models among them, the existing files its ``--evaluate`` command names and the
+    ``--evaluate-deps`` it lists.
 
     Raises:
-        ConfigError: The ``--evaluate`` command cannot be parsed or names no ``{model}``.
+        ConfigError: The ``--evaluate`` command cannot be parsed or names no ``{model}``, or a
+            dependency is not an existing file.
     """
     found = []
     for attr, flag in _INPUTS:
@@ -92,7 +94,8 @@ def inputs_of(args: argparse.Namespace) -> list[_File]:
                 found += [_File(flag, data, "data", Path(path)) for data in data_files_of(path)]
     command = getattr(args, "evaluate", None)
     if isinstance(command, str):
-        found += [_File("--evaluate", path, "command") for path in CommandMetric(command).files()]
+        deps = getattr(args, "evaluate_deps", None) or ()
+        found += [_File("--evaluate", path, "command") for path in CommandMetric(command, deps=deps).files()]
     return found
 
 

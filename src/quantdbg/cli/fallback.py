@@ -1,15 +1,19 @@
 """``quantdbg fallback``: the fewest layers to keep out of INT8 so MODEL meets a target.
 
 Takes the model, data and metric options of ``quantdbg analyze``; writes the mixed-precision model
-and its fallback plan (JSON, with the trtexec / Polygraphy commands that build its engine).
+and its fallback plan (JSON, with the trtexec / Polygraphy commands that build its engine). A run
+stopped early resumes from ``PLAN.json.partial``, the journal of the ranking and every evaluation
+made (``--restart`` starts over).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from quantdbg._io import commit_together
+from quantdbg._journal import Journal
 from quantdbg.cli import add_command
 from quantdbg.cli._options import (
     add_model_options,
@@ -22,9 +26,16 @@ from quantdbg.cli._options import (
     task_metric,
 )
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import Precision
-from quantdbg.fallback import FallbackConfig, auto_fallback
-from quantdbg.sensitivity import MODES, SensitivityConfig, SensitivityReport, VariantEvaluator
+from quantdbg.fallback import FallbackConfig, auto_fallback, fallback_ingredients
+from quantdbg.sensitivity import (
+    MODES,
+    JournaledEvaluator,
+    SensitivityConfig,
+    SensitivityReport,
+    VariantEvaluator,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           help="Walk this analyze report instead of ranking.")
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
+    add_resume_options(fallback, "PLAN.json.partial")
 
 
 def run_fallback(args: argparse.Namespace) -> int:
@@ -55,11 +67,13 @@ def run_fallback(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    with claim_outputs(args, {"--out": args.out, "--plan": args.plan}, models={"--out"}):
-        return _fallback(args)
+    partial = Path(f"{args.plan}.partial")  # the journal a stopped run resumes from
+    outputs = {"--out": args.out, "--plan": args.plan, "--plan journal": partial}
+    with claim_outputs(args, outputs, models={"--out"}):
+        return _fallback(args, partial)
 
 
-def _fallback(args: argparse.Namespace) -> int:
+def _fallback(args: argparse.Namespace, partial: Path) -> int:
     target = fallback_target(args, task_metric(args))
     metric, fp_model, qmodel, data = load_inputs(args)
     report = SensitivityReport.read(args.report) if args.report else None
@@ -67,10 +81,15 @@ def _fallback(args: argparse.Namespace) -> int:
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
                             precision=Precision(args.precision), max_evaluations=args.max_evaluations,
                             executor=run)
-    with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
+    restart(args, partial)
+    plain = VariantEvaluator(fp_model, qmodel, data, metric)
+    ingredients = fallback_ingredients(plain, target, config, report)
+    with Journal.open(partial, "fallback", ingredients) as journal, \
+            JournaledEvaluator(fp_model, qmodel, data, metric, journal=journal) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
     if result.mixed is None:
         result.plan.write(args.plan)
+        partial.unlink(missing_ok=True)
         sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
         return 2
     with commit_together({"--out": args.out, "--plan": args.plan}) as staged:
@@ -78,6 +97,7 @@ def _fallback(args: argparse.Namespace) -> int:
         plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model,
                                       calibration_data=args.data, staged=staged["--out"])
         plan.write(staged["--plan"])
+    partial.unlink(missing_ok=True)
     _print_plan(plan)
     if plan.status != "met":
         sys.stderr.write(f"quantdbg fallback: error: {plan.message}\n")
