@@ -2,6 +2,7 @@
 the first run's process id; the lock goes with the first run however it ends (SIGKILL too)."""
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import signal
@@ -16,7 +17,7 @@ import pytest
 
 from quantdbg._io import output_lock
 from quantdbg.cli import main
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, OutputError
 
 # Scores 1.0. The first call (of the first run) writes its pid to `pid` and waits while the file
 # `hold` exists: that run sits inside its evaluation, lock held, until the test lets it go; later
@@ -91,3 +92,19 @@ def test_the_lock_names_its_holder_and_goes_with_the_block(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with output_lock(out, "--plan 'plan.json'"):  # free again
         pass
+
+
+def test_a_lock_file_the_full_disk_refuses_is_one_output_error(tmp_path, monkeypatch):
+    real = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OutputError) as failed:
+        with output_lock(tmp_path / "p.json", "--plan 'p.json'"):
+            pass
+    monkeypatch.setattr(os, "write", real)
+    lock = tmp_path.resolve() / ".p.json.lock"
+    assert str(failed.value) == f"Cannot write {str(lock)!r}: No space left on device; nothing was written."
+    assert failed.value.errno == errno.ENOSPC and list(tmp_path.iterdir()) == []
