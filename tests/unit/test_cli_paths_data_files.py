@@ -98,6 +98,9 @@ CASES = {
         ["auto", "model_fp32.onnx", "--data", "calib.npz", "--eval", "eval.npz", "--min-sqnr", "30", "--out",
          "model.onnx", "--plan", "p.json"],
         "--out 'model.onnx' may write its weights to 'model.onnx.data', which is " + FP32_DATA),
+    "apply --out gives its data file the input's": (
+        "apply p.json model_fp32.onnx --data calib.npz --out model.onnx".split(),
+        "--out 'model.onnx' may write its weights to 'model.onnx.data', which is " + FP32_DATA),
     "analyze --out on the --evaluate script": (
         ["analyze", "model_fp32.onnx", "--data", "calib.npz", "--eval", "eval.npz", "--mode", "isolated",
          "--evaluate", EVALUATE, "--out", "score.py"],

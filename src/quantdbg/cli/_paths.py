@@ -137,8 +137,8 @@ def check_paths(inputs: Iterable[_File], outputs: Iterable[_File]) -> None:
 
 
 @contextlib.contextmanager
-def claim_outputs(args: argparse.Namespace, outputs: Mapping[str, PathArg],
-                  models: Collection[str] = ()) -> Iterator[None]:
+def claim_outputs(args: argparse.Namespace, outputs: Mapping[str, PathArg], models: Collection[str] = (),
+                  inputs: Mapping[str, PathArg] | None = None) -> Iterator[None]:
     """Checks ``outputs`` against every input of ``args`` and each other (:func:`check_paths`), then
     holds a lock on each while the block runs (another run writing one of them is refused).
 
@@ -146,13 +146,15 @@ def claim_outputs(args: argparse.Namespace, outputs: Mapping[str, PathArg],
         args: The subcommand's parsed arguments (its inputs are read from them).
         outputs: Option -> path it writes (None: not written), in the order the user thinks of them.
         models: The options among ``outputs`` that write ONNX models (each may write a data file).
+        inputs: Other files the subcommand reads (argument -> path), e.g. ``apply``'s PLAN.
 
     Raises:
         ConfigError: An output collides with an input or another output, cannot be written, or
             another run holds its lock.
     """
     files = outputs_of(outputs, models)
-    check_paths(inputs_of(args), files)
+    extra = [_File(flag, Path(path)) for flag, path in (inputs or {}).items() if path is not None]
+    check_paths([*extra, *inputs_of(args)], files)
     with contextlib.ExitStack() as locks:
         for out in files:
             if out.part == "file":

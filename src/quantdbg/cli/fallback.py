@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from quantdbg._io import commit_together
 from quantdbg._journal import Journal
 from quantdbg.cli import add_command
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     add_model_options,
     add_out_option,
@@ -22,6 +24,7 @@ from quantdbg.cli._options import (
     executor,
     fallback_target,
     load_inputs,
+    quant_config,
     show_progress,
     task_metric,
 )
@@ -29,6 +32,7 @@ from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import Precision
 from quantdbg.fallback import FallbackConfig, auto_fallback, fallback_ingredients
+from quantdbg.model import input_specs
 from quantdbg.sensitivity import (
     MODES,
     JournaledEvaluator,
@@ -56,6 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
     add_resume_options(fallback, "PLAN.json.partial")
+    add_profile_option(fallback)
 
 
 def run_fallback(args: argparse.Namespace) -> int:
@@ -76,6 +81,7 @@ def run_fallback(args: argparse.Namespace) -> int:
 def _fallback(args: argparse.Namespace, partial: Path) -> int:
     target = fallback_target(args, task_metric(args))
     metric, fp_model, qmodel, data = load_inputs(args)
+    engine = profile_config(args.profile, input_specs(fp_model.proto), args.batch_size)
     report = SensitivityReport.read(args.report) if args.report else None
     run = executor(args)
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
@@ -87,15 +93,19 @@ def _fallback(args: argparse.Namespace, partial: Path) -> int:
     with Journal.open(partial, "fallback", ingredients) as journal, \
             JournaledEvaluator(fp_model, qmodel, data, metric, journal=journal) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
+    plan = result.plan
+    if qmodel.calibration is not None:  # quantized here: how, so `quantdbg apply` re-creates the model
+        plan = replace(plan, calib=qmodel.calibration.config, quant=quant_config(args))
     if result.mixed is None:
-        result.plan.write(args.plan)
+        plan.write(args.plan)
         partial.unlink(missing_ok=True)
-        sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
+        sys.stderr.write(f"quantdbg fallback: error: {plan.message} Plan written to {args.plan}.\n")
         return 2
     with commit_together({"--out": args.out, "--plan": args.plan}) as staged:
         result.mixed.save(staged["--out"])  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model,
-                                      calibration_data=args.data, staged=staged["--out"])
+        plan = plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
+                               source=args.fp32 or args.model, calibration_data=args.data,
+                               graph=staged["--out"])
         plan.write(staged["--plan"])
     partial.unlink(missing_ok=True)
     _print_plan(plan)
@@ -111,5 +121,4 @@ def _print_plan(plan: Any) -> None:
                      "+ 1 verification\n")
     for node in plan.exclude:
         sys.stdout.write(f"  {node}\n")
-    for what, command in plan.commands.lines():
-        sys.stdout.write(f"{what}:\n  {command}\n")
+    print_commands(plan.commands)
