@@ -125,3 +125,69 @@ def test_all_zero_activations_are_named_with_what_the_engine_does(tmp_path):
                            "1/127): zeros stay exact in INT8, and the engine clips any value beyond +-1 at "
                            "run time. Check that the calibration data exercises it.")
     assert [m.split("'")[1] for m in messages] == ["act0", "act1", "act2", "x"]
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN / Inf in the data: one line naming the input, the sample (from 0 over all batches), the count
+# ---------------------------------------------------------------------------------------------
+
+def _nonfinite_message(origin: str, count: int, sample: str) -> str:
+    return (f"{origin}: input 'x' holds {count} NaN/Inf value(s), the first in {sample}; NaN and Inf cannot "
+            "be calibrated or evaluated. Remove or repair that sample, or check the preprocessing.")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_nonfinite_calibration_data_is_refused_naming_the_sample(folder, capsys, tmp_path, value):
+    x = np.random.default_rng(1).standard_normal((40, 16)).astype(np.float32)
+    x[17, 3] = x[17, 9] = x[30, 0] = value
+    path = tmp_path / "bad.npz"
+    np.savez(path, x=x)
+    before = _sha(tmp_path)
+    assert main(["calibrate", str(folder / "m.onnx"), "--data", str(path), "--batch-size", "4", "--out",
+                 str(tmp_path / "q.onnx"), "--no-progress"]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg calibrate: error: {_nonfinite_message(repr(str(path)), 3, 'sample 17 (counted from 0)')}\n"
+    assert _sha(tmp_path) == before
+
+
+def test_nonfinite_evaluation_data_is_refused_naming_the_file(folder, capsys, tmp_path):
+    x = np.random.default_rng(2).standard_normal((12, 16)).astype(np.float32)
+    x[5, 0] = np.nan
+    path = tmp_path / "eval.npz"
+    np.savez(path, x=x)
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval", str(path),
+                 "--no-evidence", "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg analyze: error: {_nonfinite_message(repr(str(path)), 1, 'sample 5 (counted from 0)')}\n"
+    assert not (tmp_path / "r.json").exists()
+
+
+class _Batches:
+    """Re-iterable feeds that are neither arrays nor a list: checked feed by feed as they come."""
+
+    def __init__(self, feeds):
+        self.feeds = feeds
+
+    def __iter__(self):
+        return iter(self.feeds)
+
+
+@pytest.mark.parametrize("wrap", [list, _Batches], ids=["feed list", "iterable"])
+def test_the_api_counts_samples_over_every_batch(wrap):
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((n, 16)).astype(np.float32)} for n in (4, 3, 5)]
+    feeds[2]["x"][3, 1] = np.inf  # sample 4 + 3 + 3 = 10
+    where = "The data" if wrap is list else "calibration batch 2"
+    with pytest.raises(DataError) as caught:
+        quantize(ms.mlp4(), wrap(feeds), CalibConfig("minmax"))
+    assert str(caught.value) == _nonfinite_message(where, 1, "sample 10 (counted from 0)")
+
+
+def test_a_runner_refuses_a_nonfinite_feed():
+    from quantdbg.backends.onnxrt import OnnxrtRunner
+
+    x = np.ones((3, 16), np.float32)
+    x[1:, 0] = np.nan
+    with OnnxrtRunner(ms.mlp4()) as runner, pytest.raises(DataError) as caught:
+        runner.infer({"x": x})
+    assert str(caught.value) == _nonfinite_message("feed", 2, "sample 1 of this feed")

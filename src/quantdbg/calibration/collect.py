@@ -143,7 +143,7 @@ class ActivationStream:
         batches = track(islice(feeds, max_batches), total=_num_batches(feeds, max_batches),
                         desc=self.purpose, enabled=progress)
         for index, feed in enumerate(batches):
-            checked = check_feed(feed, specs, where=f"calibration batch {index}")
+            checked = check_feed(feed, specs, where=f"calibration batch {index}", first_sample=self.n_samples)
             fetched = dict(zip(fetch, run_batch(session, fetch, checked, index), strict=True))
             self.n_batches += 1
             self.n_samples += samples_in(checked)
