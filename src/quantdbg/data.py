@@ -371,8 +371,9 @@ def refuse_nonfinite(data: CalibrationData, origin: str) -> None:
     elif isinstance(data, FeedList):
         first = 0
         for feed in data.feeds:
+            batched = not isinstance(feed, SampleFeed)
             for name, array in feed.items():
-                _check_finite(np.asarray(array), name, origin, first, per_sample=not isinstance(feed, SampleFeed))
+                _check_finite(np.asarray(array), name, origin, first, per_sample=batched)
             first += samples_in(feed)
 
 
@@ -552,8 +553,8 @@ def _check_finite(array: np.ndarray, name: str, where: str, first: int | None, p
     local = int(np.argmax(bad.reshape(array.shape[0], -1).any(axis=1))) if per_sample and array.ndim else 0
     sample = f"sample {local} of this feed" if first is None else f"sample {first + local} (counted from 0)"
     raise DataError(f"{where}: input {name!r} holds {int(np.count_nonzero(bad))} NaN/Inf value(s), the first "
-                    f"in {sample}; NaN and Inf cannot be calibrated or evaluated. Remove or repair that sample, "
-                    "or check the preprocessing.")
+                    f"in {sample}; NaN and Inf cannot be calibrated or evaluated. Remove or repair that "
+                    "sample, or check the preprocessing.")
 
 
 def _check_array(array: np.ndarray, spec: TensorSpec, where: str) -> np.ndarray:

@@ -17,6 +17,14 @@ QMAX = 127
 TINY_AMAX = float(np.finfo(np.float32).tiny) * QMAX
 """Below this a range cannot give a normal float32 scale; such ranges get scale 1/QMAX instead."""
 
+FP16_MAX = float(np.finfo(np.float16).max)
+"""The largest float16 magnitude (65504): a value beyond it has no FP16 form, so neither an FP16
+fallback nor a mixed-precision engine can hold it."""
+
+ONE_SAMPLE_FACTOR = 2 * QMAX
+"""A range more than this many times every value of the other samples rounds all of those values
+to 0 in INT8: ``|x| / (amax / 127) < 0.5`` when ``amax > 254 |x|``."""
+
 NSR_CAP = 1e6
 """Noise-to-signal ratio reported for a broken signal (non-finite values, zero signal)."""
 

@@ -78,7 +78,7 @@ def test_tensor_stats_json_keeps_the_histogram_without_trailing_zeros():
     hist[[0, 5, 9]] = [3, 1, 2]
     data = S.TensorStats("t", -1.5, 2.0, 6, 0, hist, 4.0).to_dict()
     assert data == {"name": "t", "min": -1.5, "max": 2.0, "count": 6, "nonfinite": 0,
-                    "hist": [3, 0, 0, 0, 0, 1, 0, 0, 0, 2], "hist_bins": 2048, "hist_range": 4.0}
+                    "hist": [3, 0, 0, 0, 0, 1, 0, 0, 0, 2], "hist_bins": 2048, "hist_range": 4.0, "peaks": []}
     empty = S.TensorStats("z", 0.0, 0.0, 0, 0, np.zeros(128, np.int64), 1.0).to_dict()
     assert (empty["hist"], empty["hist_bins"]) == ([], 128)
     assert S.TensorStats.from_dict(empty).hist.tolist() == [0] * 128

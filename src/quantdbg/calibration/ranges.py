@@ -13,6 +13,7 @@ from typing import Any
 from quantdbg import _display, _json
 from quantdbg.calibration.calibrators.base import Calibrator, TensorRange, get_calibrator
 from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonfinite
+from quantdbg.calibration.sample_peaks import refuse_beyond_fp16, warn_one_sample_ranges
 from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
@@ -78,10 +79,15 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         ``shared_scale_groups``) get one range computed from their merged statistics.
 
     Raises:
-        ModelError: The model is invalid or already quantized, or a ``per_tensor`` glob matches no
-            tensor (the message names the closest).
-        DataError: The data does not match the model's inputs (the message names the batch).
+        ModelError: The model is invalid or already quantized, a ``per_tensor`` glob matches no
+            tensor (the message names the closest), or an initializer drives a tensor beyond
+            float16's range.
+        DataError: The data does not match the model's inputs (the message names the batch), holds
+            NaN/Inf, or drives a tensor beyond float16's range (the message names the sample).
         ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
+
+    Warns:
+        QuantDbgWarning: A range one sample alone sets, so wide that the other samples quantize to 0.
         BackendError: ONNX Runtime failed.
     """
     loaded = as_loaded(model)
@@ -103,7 +109,9 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     collected = collect_stats(loaded, data, tensors, collect, progress=progress,
                               session_options=session_options)
     warn_nonfinite(collected)
+    refuse_beyond_fp16(collected, loaded.proto)
     ranges = _ranges(collected, chosen, groups)
+    warn_one_sample_ranges(collected, ranges)
     return CalibrationResult({name: ranges[name] for name in tensors}, dict(collected), config,
                              collected.n_batches, collected.n_samples, plan.folded_weights,
                              footprint(loaded.proto))

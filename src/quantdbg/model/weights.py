@@ -29,6 +29,7 @@ from quantdbg.errors import ModelError
 from quantdbg.model.external import constant_array
 from quantdbg.model.graph import to_graph, to_model
 from quantdbg.model.names import name_graph_nodes
+from quantdbg.quant_math import FP16_MAX
 
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 """Ops with a weight: TensorRT runs them as INT8 GEMM/convolution kernels when all their inputs are
@@ -255,6 +256,32 @@ def fold_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedW
     folded = to_model(graph, like=model)
     folded.ir_version = max(folded.ir_version, 4)  # from IR 4 on, initializers need not be graph inputs
     return folded, tuple(sorted(records.values(), key=lambda r: (position[r.node], r.input_index)))
+
+
+def check_weight(values: np.ndarray, tensor: str, node: str) -> None:
+    """Refuses a weight holding NaN/Inf or values beyond float16's range.
+
+    Its per-channel INT8 scale would round the rest of its channel to 0, and an FP16 fallback (or a
+    mixed-precision engine) cannot hold it.
+
+    Args:
+        values: The weight's values.
+        tensor: Its name.
+        node: The node reading it.
+
+    Raises:
+        ModelError: Naming the weight, the node and the value.
+    """
+    finite = np.isfinite(values)
+    if not finite.all():
+        raise ModelError(f"Weight {tensor!r} of node {node!r} holds {int(np.count_nonzero(~finite))} NaN or "
+                         "Inf value(s); fix the model's weights before quantizing.")
+    top = float(np.abs(values).max(initial=0.0))
+    if top > FP16_MAX:
+        raise ModelError(f"Weight {tensor!r} of node {node!r} holds {top:.3g}, beyond float16's range "
+                         f"(+-{FP16_MAX:g}): its INT8 scale would round the rest of its channel to 0, and no "
+                         "FP16 fallback can hold it. Fix the model's weights (re-export it), or keep the "
+                         "node out of INT8 and in FP32.")
 
 
 def computed_constants(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:
