@@ -191,3 +191,72 @@ def test_a_runner_refuses_a_nonfinite_feed():
     with OnnxrtRunner(ms.mlp4()) as runner, pytest.raises(DataError) as caught:
         runner.infer({"x": x})
     assert str(caught.value) == _nonfinite_message("feed", 2, "sample 1 of this feed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels: class indices from 0 to the number of classes - 1
+# ---------------------------------------------------------------------------------------------
+
+def _labels_file(tmp_path, position: int, value: int):
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 16, 12)
+    labels[position] = value
+    path = tmp_path / "eval.npz"
+    np.savez(path, x=rng.standard_normal((12, 16)).astype(np.float32), label=labels)
+    return path
+
+
+def _label_message(path, where: str, value: int, valid: str) -> str:
+    return (f"Accuracy labels (--labels 'label' of {str(path)!r}): {where} has label {value}, but labels "
+            f"are class indices {valid}; 1 label(s) are out of range. Fix the labels, or pick the array that "
+            "holds them.")
+
+
+def test_a_negative_label_is_refused_naming_the_file_the_sample_and_the_value(folder, capsys, tmp_path):
+    path = _labels_file(tmp_path, 7, -3)
+    before = _sha(tmp_path)
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval", str(path),
+                 "--labels", "label", "--no-evidence", "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg analyze: error: {_label_message(path, 'sample 7', -3, 'from 0')}\n"
+    assert _sha(tmp_path) == before
+
+
+def test_a_label_past_the_last_class_is_refused(folder, capsys, tmp_path):
+    path = _labels_file(tmp_path, 9, 16)  # mlp4 has 16 outputs: classes 0..15
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval", str(path),
+                 "--labels", "label", "--no-evidence", "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not (tmp_path / "r.json").exists()
+    assert _label_message(path, "sample 9", 16, "0 to 15 (output 'y' has 16)") in err
+
+
+def test_accuracy_checks_labels_against_the_class_axis():
+    from quantdbg.evaluation import Accuracy
+
+    labels = np.zeros((2, 3), np.int64)
+    labels[1, 2] = 4
+    logits = {"y": np.zeros((2, 3, 4), np.float32)}
+    with pytest.raises(DataError) as caught:
+        Accuracy(labels).from_outputs(logits, logits)
+    assert str(caught.value) == ("Accuracy labels: position (1, 2) has label 4, but labels are class "
+                                 "indices 0 to 3 (output 'y' has 4); 1 label(s) are out of range. Fix the "
+                                 "labels, or pick the array that holds them.")
+    labels[1, 2] = 3
+    assert Accuracy(labels).from_outputs(logits, logits) == pytest.approx(5 / 6)  # argmax 0 everywhere
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse"])
+def test_the_cli_refuses_a_sample_beyond_fp16_with_every_method(folder, capsys, tmp_path, method):
+    x = np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32)
+    x[21, 2] = 3e38
+    np.savez(tmp_path / "big.npz", x=x)
+    before = _sha(tmp_path)
+    assert main(["calibrate", str(folder / "m.onnx"), "--data", str(tmp_path / "big.npz"), "--method", method,
+                 "--out", str(tmp_path / "q.onnx"), "--cache", str(tmp_path / "q.cache"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("quantdbg calibrate: error: Tensor 'x' reaches 3e+38 during calibration, beyond "
+                          "float16's range (+-65504), in sample 21 alone (counted from 0): ")
+    assert "Remove or clip sample 21, or check the preprocessing." in err and err.count("\n") == 1
+    assert _sha(tmp_path) == before

@@ -274,8 +274,8 @@ def check_weight(values: np.ndarray, tensor: str, node: str) -> None:
     """
     finite = np.isfinite(values)
     if not finite.all():
-        raise ModelError(f"Weight {tensor!r} of node {node!r} holds {int(np.count_nonzero(~finite))} NaN or "
-                         "Inf value(s); fix the model's weights before quantizing.")
+        raise ModelError(f"Weight {tensor!r} of node {node!r} holds {int(np.count_nonzero(~finite))} "
+                         "NaN/Inf value(s); fix the model's weights before quantizing.")
     top = float(np.abs(values).max(initial=0.0))
     if top > FP16_MAX:
         raise ModelError(f"Weight {tensor!r} of node {node!r} holds {top:.3g}, beyond float16's range "
