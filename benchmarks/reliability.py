@@ -322,6 +322,8 @@ NUMERIC_CASES = [
     *((f"3e38 in calibration sample 17, {method}",
        f"calibrate m.onnx --data calib_big.npz --method {method} --out x.onnx", REFUSE)
       for method in ("minmax", "percentile", "entropy", "mse")),
+    ("3e38 in calibration samples 17 and 40", "calibrate m.onnx --data calib_big2.npz --method minmax "
+                                              "--out x.onnx", REFUSE),
     ("NaN in evaluation sample 5", "analyze q.onnx --fp32 m.onnx --eval eval_nan.npz --no-evidence "
                                    "--out x.json", REFUSE),
     ("3e38 weight", "calibrate w_big.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
@@ -349,6 +351,9 @@ def _bad_numeric_inputs(work: Path) -> None:
         bad = calib.copy()
         bad[17, 0, 3, 4] = value
         np.savez(work / f"calib_{name}.npz", **{INPUT_NAME: bad})
+    bad = calib.copy()
+    bad[[17, 40], 0, 3, 4] = 3e38
+    np.savez(work / "calib_big2.npz", **{INPUT_NAME: bad})
     bad = evals.copy()
     bad[5, 0, 8, 8] = np.nan
     np.savez(work / "eval_nan.npz", **{INPUT_NAME: bad}, label=emb.labels[:64])

@@ -1,5 +1,5 @@
-"""Ranges one sample blows up: refused beyond float16's range (naming the sample or the initializer),
-named when one sample alone sets them; weights beyond float16's range refused."""
+"""Ranges one sample blows up: corrupt values beyond float16's range refused (naming the sample or the
+initializer), large tensors and ranges one sample alone sets named; corrupt weights refused."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,7 @@ import pytest
 from onnx import numpy_helper
 
 from quantdbg.calibration import calibrate
-from quantdbg.calibration.sample_peaks import refuse_beyond_fp16
+from quantdbg.calibration.sample_peaks import check_beyond_fp16
 from quantdbg.calibration.stats import SamplePeak, TensorStats
 from quantdbg.config import CalibConfig
 from quantdbg.errors import DataError, ModelError, QuantDbgWarning
@@ -46,10 +46,17 @@ def _refused(x: np.ndarray, method: str) -> str:
     return str(caught.value)
 
 
-def _beyond(tensor: str, value: float, where: str, fix: str) -> str:
-    return (f"Tensor {tensor!r} reaches {value:.3g} during calibration, beyond float16's range "
-            f"(+-65504){where}: its INT8 scale would be {value / QMAX:.3g}, which rounds every ordinary "
-            f"value to 0, and an FP16 fallback would overflow. {fix}")
+def _ordinary(x: np.ndarray) -> tuple[int, float]:
+    """How many values float16 can hold, and their max |x|."""
+    within = np.abs(x[np.abs(x) <= FP16_MAX])
+    return within.size, float(within.max())
+
+
+def _corrupt(tensor: str, value: float, ordinary: tuple[int, float], where: str, fix: str) -> str:
+    return (f"Tensor {tensor!r} reaches {value:.3g} during calibration{where}, beyond float16's range "
+            f"(+-65504) and more than 254 times its {ordinary[0]} other values (at most {ordinary[1]:.3g}): "
+            f"its INT8 scale would be {value / QMAX:.3g}, which rounds all of them to 0, and an FP16 "
+            f"fallback would overflow. {fix}")
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -57,58 +64,65 @@ def test_one_sample_beyond_fp16_is_refused_by_every_method(method):
     x = _data()
     x[13, 4] = 3e38
     message = _refused(x, method)
-    head = _beyond("x", float(np.float32(3e38)), ", in sample 13 alone (counted from 0)",
-                   "Remove or clip sample 13, or check the preprocessing.")
-    assert message.startswith(head) and re.fullmatch(r"( \d+ more tensor\(s\) exceed it too\.)?",
+    head = _corrupt("x", float(np.float32(3e38)), _ordinary(x), ", in sample 13 alone (counted from 0)",
+                    "Remove or clip sample 13, or check the preprocessing.")
+    assert message.startswith(head) and re.fullmatch(r"( \d+ more tensor\(s\) hold such values too\.)?",
                                                      message[len(head):])
 
 
-def test_two_samples_beyond_fp16_point_at_the_data_and_the_model():
+def test_corrupt_values_in_several_samples_are_refused_too():
     x = _data()
-    x[13, 4], x[2, 0] = 3e38, -1e6
-    assert _refused(x, "minmax").startswith(_beyond(
-        "x", float(np.float32(3e38)), ", in samples 13 and 2 at least (counted from 0)",
-        "Check the preprocessing, or keep the nodes reading it out of INT8 (exclude them)."))
-
-
-def test_an_activation_the_sample_drives_beyond_fp16_is_named_with_the_sample():
-    x = _data()
-    x[5] = 60000.0  # within float16's range itself; fc0 multiplies it past 65504
-    act0 = np.maximum(x @ _weights(ms.mlp4())["fc0.w"], 0)
-    assert np.abs(x).max() <= FP16_MAX < act0.max() and act0[np.arange(20) != 5].max() < FP16_MAX
-    message = _refused(x, "entropy")
-    assert message.startswith("Tensor 'act0' reaches ")
-    assert float(message.split()[3]) == pytest.approx(act0.max(), rel=5e-3)  # printed with 3 digits
-    assert "in sample 5 alone (counted from 0)" in message and "Remove or clip sample 5," in message
+    x[13, 4], x[2, 0], x[19, 9] = 3e38, -1e6, 2e6
+    assert _refused(x, "minmax").startswith(_corrupt(
+        "x", float(np.float32(3e38)), _ordinary(x), ", in samples 13 and 19 at least (counted from 0)",
+        "Remove or clip those samples, or check the preprocessing."))
 
 
 def test_a_tensor_without_sample_axis_is_refused_without_a_sample():
-    stats = {"t": TensorStats("t", -1e6, 5.0, 10)}
+    stats = {"t": TensorStats("t", -1e6, 5.0, 10, fp16_absmax=5.0, beyond_fp16=1)}
     with pytest.raises(DataError) as caught:
-        refuse_beyond_fp16(stats, ms.mlp4())
-    assert str(caught.value) == _beyond("t", 1e6, " (its values cannot be told apart by sample)",
-                                        "Check the preprocessing, or keep the nodes reading it out of INT8 "
-                                        "(exclude them).")
+        check_beyond_fp16(stats, ms.mlp4())
+    assert str(caught.value) == _corrupt("t", 1e6, (9, 5.0), " (its values cannot be told apart by sample)",
+                                         "Remove or clip those samples, or check the preprocessing.")
+
+
+def test_a_tensor_merely_beyond_fp16_is_named_and_quantizes_like_the_same_data_scaled_down():
+    x = _data()
+    big = x * np.float32(1e5)  # most values beyond float16's range, the rest spread below it
+    with pytest.warns(QuantDbgWarning) as caught:
+        result = calibrate(ms.mlp4(), {"x": big}, CalibConfig("minmax"))
+    top = int(np.abs(big).max(axis=1).argmax())
+    assert (f"Tensor 'x' reaches {np.abs(big).max():.3g} during calibration (the most in sample {top}), "
+            "beyond float16's range (+-65504): INT8 holds it, but the layers reading it would overflow in "
+            "FP16; keep them in FP32 if they leave INT8.") in [str(w.message) for w in caught]
+    plain = calibrate(ms.mlp4(), {"x": x}, CalibConfig("minmax"))
+    for name, scale in plain.scales().items():  # the model is linear then ReLU: ranges scale with x
+        assert result.scales()[name] == pytest.approx(scale * 1e5, rel=1e-5)
 
 
 @pytest.mark.parametrize(("value", "held"), [(3e38, "3e+38, beyond float16's range"),
                                              (np.nan, "1 NaN/Inf value(s)")], ids=["3e38", "nan"])
-def test_a_weight_beyond_fp16_or_not_finite_is_named(value, held):
+def test_a_corrupt_weight_is_named(value, held):
     model = _with_weight("fc1.w", (2, 3), value)
     with pytest.raises(ModelError, match=f"'fc1.w' of node 'fc1' holds {re.escape(held)}"):
         quantize(model, {"x": _data()}, CalibConfig("minmax"))
 
 
-def test_insert_qdq_refuses_a_weight_beyond_fp16_unless_its_node_stays_fp32():
+def test_insert_qdq_refuses_a_weight_that_dwarfs_its_channel_unless_its_node_stays_fp32():
     calibration = calibrate(ms.mlp4(), {"x": _data()}, CalibConfig("minmax"))
     model = _with_weight("fc3.w", (0, 0), 1e5)
+    rest = float(np.abs(_weights(model)["fc3.w"][1:, 0]).max())  # MatMul weights: channels on axis 1
     with pytest.raises(ModelError) as caught:
         insert_qdq(model, calibration)
     assert str(caught.value) == (
-        "Weight 'fc3.w' of node 'fc3' holds 1e+05, beyond float16's range (+-65504): its INT8 scale would "
-        "round the rest of its channel to 0, and no FP16 fallback can hold it. Fix the model's weights "
-        "(re-export it), or keep the node out of INT8 and in FP32.")
+        f"Weight 'fc3.w' of node 'fc3' holds 1e+05, beyond float16's range and more than 254 times the "
+        f"rest of its channel (at most {rest:.3g}), which its INT8 scale would round to 0. Fix the model's "
+        "weights (re-export it) before quantizing.")
     assert "fc3" not in insert_qdq(model, calibration, exclude=["fc3"]).layers
+    scaled = ms.mlp4()  # large but of one scale: INT8 holds it
+    for init in scaled.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(1e6), init.name))
+    assert len(insert_qdq(scaled, calibration).layers) == 4
 
 
 def _one_sample_warnings(x: np.ndarray, method: str) -> tuple[list[str], object]:

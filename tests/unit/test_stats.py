@@ -78,7 +78,7 @@ def test_tensor_stats_json_keeps_the_histogram_without_trailing_zeros():
     hist[[0, 5, 9]] = [3, 1, 2]
     data = S.TensorStats("t", -1.5, 2.0, 6, 0, hist, 4.0).to_dict()
     assert data == {"name": "t", "min": -1.5, "max": 2.0, "count": 6, "nonfinite": 0,
-                    "hist": [3, 0, 0, 0, 0, 1, 0, 0, 0, 2], "hist_bins": 2048, "hist_range": 4.0, "peaks": []}
+                    "hist": [3, 0, 0, 0, 0, 1, 0, 0, 0, 2], "hist_bins": 2048, "hist_range": 4.0}
     empty = S.TensorStats("z", 0.0, 0.0, 0, 0, np.zeros(128, np.int64), 1.0).to_dict()
     assert (empty["hist"], empty["hist_bins"]) == ([], 128)
     assert S.TensorStats.from_dict(empty).hist.tolist() == [0] * 128
@@ -176,3 +176,17 @@ def test_peaks_travel_through_json():
     data = json.loads(json.dumps(stats.to_dict()))
     assert data["peaks"] == [{"sample": 7, "absmax": 3.0}, {"sample": 2, "absmax": 2.5}]
     assert S.TensorStats.from_dict(data) == stats
+
+
+@pytest.mark.parametrize("sizes", [[40], [1] * 40, [7] * 5 + [5]], ids=["1x40", "40x1", "7s"])
+def test_values_beyond_fp16_are_counted_apart_whatever_the_batching(rng, sizes):
+    samples = (rng.standard_normal((40, 6)) * 3e4).astype(np.float32)
+    samples[5, 2], samples[33, 0] = np.inf, -3e38
+    stats = _collect_samples(samples, sizes)
+    finite = np.abs(samples[np.isfinite(samples)])
+    assert stats.beyond_fp16 == np.count_nonzero(finite > 65504) > 1
+    assert stats.fp16_absmax == finite[finite <= 65504].max()
+    assert S.TensorStats.from_dict(json.loads(json.dumps(stats.to_dict()))) == stats
+    plain = _collect_samples(np.ones((4, 2), np.float32), [4])
+    assert (plain.fp16_absmax, plain.beyond_fp16) == (1.0, 0)
+    assert "beyond_fp16" not in plain.to_dict() and "fp16_absmax" not in S.TensorStats("t", 0, 0, 0).to_dict()

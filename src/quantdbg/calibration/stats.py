@@ -19,6 +19,7 @@ import numpy as np
 from quantdbg import _json
 from quantdbg.calibration import _kernels as _kernels
 from quantdbg.errors import DataError, NotCalibratedError
+from quantdbg.quant_math import FP16_MAX, fp16_split
 
 HIST_OVERSAMPLE = 16
 """Collected bins per calibrator bin. max|x| lies anywhere in ``(R/2, R)``, so a histogram of
@@ -92,6 +93,10 @@ class TensorStats(_json.Serializable):
         peaks: The samples with the largest max |x|, largest first (:func:`top_peaks`); empty when
             the tensor's values could not be told apart by sample (its axis 0 is not the samples')
             or none was finite.
+        fp16_absmax: max |x| over the values float16 can hold (``|x| <= 65504``; None: none was
+            seen), and
+        beyond_fp16: how many finite values lie beyond that range: together, whether values beyond
+            it would ruin the range (:func:`~quantdbg.quant_math.outliers_zero_the_rest`).
     """
 
     name: str
@@ -102,6 +107,8 @@ class TensorStats(_json.Serializable):
     hist: np.ndarray | None = None
     hist_range: float | None = None
     peaks: tuple[SamplePeak, ...] = ()
+    fp16_absmax: float | None = None
+    beyond_fp16: int = 0
 
     @property
     def absmax(self) -> float:
@@ -113,9 +120,11 @@ class TensorStats(_json.Serializable):
             return NotImplemented
         same_hist = (self.hist is None and other.hist is None) or (
             self.hist is not None and other.hist is not None and np.array_equal(self.hist, other.hist))
-        return same_hist and (self.name, self.min, self.max, self.count, self.nonfinite, self.hist_range,
-                              self.peaks) == (other.name, other.min, other.max, other.count, other.nonfinite,
-                                              other.hist_range, other.peaks)
+        return same_hist and self._fields() == other._fields()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.name, self.min, self.max, self.count, self.nonfinite, self.hist_range, self.peaks,
+                self.fp16_absmax, self.beyond_fp16)
 
     __hash__ = None  # type: ignore[assignment]  # holds an array: unhashable, like a dict
 
@@ -157,7 +166,8 @@ class TensorStats(_json.Serializable):
             hist = self.hist[:int(nonzero[-1]) + 1 if nonzero.size else 0]
             hist_bins = int(self.hist.shape[0])
         return _json.encode(_StatsForm(self.name, self.min, self.max, self.count, self.nonfinite, hist,
-                                       hist_bins, self.hist_range, self.peaks))
+                                       hist_bins, self.hist_range, self.peaks or None, self.fp16_absmax,
+                                       self.beyond_fp16 or None))
 
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> TensorStats:
@@ -172,13 +182,16 @@ class TensorStats(_json.Serializable):
             hist[:form.hist.shape[0]] = form.hist
         values = {"name": form.name, "min": form.min, "max": form.max, "count": form.count,
                   "nonfinite": form.nonfinite, "hist": hist, "hist_range": form.hist_range,
-                  "peaks": form.peaks}
+                  "peaks": form.peaks or (), "fp16_absmax": form.fp16_absmax,
+                  "beyond_fp16": form.beyond_fp16 or 0}
         return _json.construct(cls, values, where)
 
 
 @dataclass(frozen=True)
 class _StatsForm:
-    """How :class:`TensorStats` is written: the histogram trimmed of trailing zeros, plus its length."""
+    """How :class:`TensorStats` is written: the histogram trimmed of trailing zeros, plus its length;
+    empty peaks, an unknown float16 maximum and no value beyond it are left out (files written before
+    them read back the same)."""
 
     name: str
     min: float
@@ -188,7 +201,9 @@ class _StatsForm:
     hist: np.ndarray | None = field(default=None, metadata=_json.json_array(np.int64))
     hist_bins: int | None = None
     hist_range: float | None = None
-    peaks: tuple[SamplePeak, ...] = ()
+    peaks: tuple[SamplePeak, ...] | None = field(default=None, metadata=_json.optional())
+    fp16_absmax: float | None = field(default=None, metadata=_json.optional())
+    beyond_fp16: int | None = field(default=None, metadata=_json.optional())
 
 
 class TensorCollector:
@@ -209,6 +224,7 @@ class TensorCollector:
         self._lo, self._hi = math.inf, -math.inf
         self._count = self._nonfinite = 0
         self._peaks: tuple[SamplePeak, ...] | None = ()  # None: the samples cannot be told apart
+        self._fp16_absmax, self._beyond_fp16 = -1.0, 0  # -1: no value float16 can hold seen yet
 
     def update(self, array: np.ndarray, first_sample: int | None = None) -> None:
         """Adds one batch of values.
@@ -233,10 +249,20 @@ class TensorCollector:
         self._lo, self._hi = min(self._lo, found.lo), max(self._hi, found.hi)
         self._count += found.finite
         self._nonfinite += found.nonfinite
+        if found.finite:
+            self._count_fp16(array, max(-found.lo, found.hi))
         if first_sample is None or array.ndim == 0:
             self._peaks = None
         elif self._peaks is not None and found.finite:
             self._peaks = _with_batch_peaks(self._peaks, array, first_sample, found)
+
+    def _count_fp16(self, array: np.ndarray, top: float) -> None:
+        if top <= FP16_MAX:  # every value within float16's range: no second pass
+            self._fp16_absmax = max(self._fp16_absmax, top)
+            return
+        ordinary, beyond = fp16_split(array)
+        self._fp16_absmax = max(self._fp16_absmax, float(ordinary))
+        self._beyond_fp16 += int(beyond)
 
     def result(self) -> TensorStats:
         """Returns the statistics so far (a snapshot; later updates do not change it)."""
@@ -244,7 +270,8 @@ class TensorCollector:
         hist = None if self._hist is None else self._hist.copy()
         hist_range = None if hist is None else math.ldexp(1.0, self._exponent)
         return TensorStats(self.name, lo, hi, self._count, self._nonfinite, hist, hist_range,
-                           self._peaks or ())
+                           self._peaks or (), self._fp16_absmax + 0.0 if self._fp16_absmax >= 0 else None,
+                           self._beyond_fp16)
 
 
 def _with_batch_peaks(peaks: tuple[SamplePeak, ...], array: np.ndarray, first: int,
@@ -325,12 +352,16 @@ def merge_stats(name: str, stats: Iterable[TensorStats]) -> TensorStats:
     hi = max((s.max for s in seen), default=0.0)
     count, nonfinite = sum(s.count for s in items), sum(s.nonfinite for s in items)
     peaks = () if any(not s.peaks for s in seen) else top_peaks(p for s in seen for p in s.peaks)
+    ordinary = max((s.fp16_absmax for s in seen if s.fp16_absmax is not None), default=None)
+    beyond = sum(s.beyond_fp16 for s in items)
     if not hists:
-        return TensorStats(name, lo, hi, count, nonfinite, peaks=peaks)
+        return TensorStats(name, lo, hi, count, nonfinite, peaks=peaks, fp16_absmax=ordinary,
+                           beyond_fp16=beyond)
     exponent = max(_kernels.range_exponent(s.hist_range) - 1 for s in hists)  # type: ignore[arg-type]
     total = np.zeros(hists[0].hist.shape[0], dtype=np.int64)  # type: ignore[union-attr]
     for s in hists:
         grown = s.hist.copy()  # type: ignore[union-attr]
         _kernels.merge_bins(grown, exponent - (_kernels.range_exponent(s.hist_range) - 1))  # type: ignore[arg-type]
         total += grown
-    return TensorStats(name, lo, hi, count, nonfinite, total, math.ldexp(1.0, exponent), peaks)
+    return TensorStats(name, lo, hi, count, nonfinite, total, math.ldexp(1.0, exponent), peaks, ordinary,
+                       beyond)

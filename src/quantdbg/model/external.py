@@ -126,9 +126,9 @@ def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
     if not is_external(tensor):
         return numpy_helper.to_array(tensor)
     raw = tensor_bytes(tensor)
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
     if tensor.data_type in _PACKED or tensor.data_type == onnx.TensorProto.STRING:
         return numpy_helper.to_array(_inline_copy(tensor, raw))
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
     array = np.frombuffer(raw, dtype, count=int(np.prod(tensor.dims, dtype=np.int64)))
     return (array.byteswap() if sys.byteorder == "big" else array).reshape(tuple(tensor.dims))
 
@@ -179,7 +179,7 @@ def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
         with open(Path(info.get(BASE_KEY, "")) / info["location"], "rb") as data:
             data.seek(int(info.get("offset", 0)))
             length = info.get("length")
-            return data.read(int(length)) if length is not None else data.read()
+            return data.read(int(length) if length is not None else tensor_nbytes(tensor))
     if tensor.HasField("raw_data"):
         return tensor.raw_data
     return numpy_helper.to_array(tensor).tobytes()

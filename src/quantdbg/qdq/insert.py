@@ -51,7 +51,7 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
     Raises:
         ModelError: The model is invalid or already quantized, an ``exclude`` name is not a
             quantizable node, the plan does not match the model, or a weight holds NaN/Inf or a
-            value beyond float16's range.
+            few values beyond float16's range that would round the rest of its channel to 0.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
     loaded = as_loaded(model)
@@ -124,7 +124,7 @@ def _weight_scale(weight: gs.Tensor, target: QuantTarget) -> np.ndarray:
         raise ModelError(f"Weight input {target.input_index} ({target.tensor!r}) of node {target.node!r} "
                          "is not an initializer; re-plan with plan_qdq() on this model.")
     values = np.asarray(constant_values(weight), np.float32)
-    check_weight(values, target.tensor, target.node)
+    check_weight(values, target.tensor, target.node, target.axis)
     amax = channel_amax(values, target.axis)
     return scale_from_amax(amax if target.axis is None else amax.reshape(-1))
 
