@@ -41,7 +41,7 @@ def check_beyond_fp16(stats: Mapping[str, TensorStats], model: onnx.ModelProto) 
         DataError: Otherwise: the tensor, the value, the sample(s) and what to do are named.
 
     Warns:
-        QuantDbgWarning: A tensor beyond float16's range whose values are all of one scale.
+        QuantDbgWarning: A tensor that is merely large: beyond float16's range, but not refused.
     """
     beyond = [s for s in stats.values() if s.absmax > FP16_MAX]
     corrupt = [s for s in beyond if outliers_zero_the_rest(
