@@ -37,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _reliability_outputs as outputs  # noqa: E402
+
 from quantdbg.cli import main
 from quantdbg.demo import INPUT_NAME, load_embedded
 from quantdbg.errors import QuantDbgError
@@ -321,225 +324,114 @@ def _quietly(read: Callable[[Path], Any], path: Path) -> Any:
         return read(path)
 
 
-# --------------------------------------------------------------------------------------------
-# Output paths against every file a command reads or writes, concurrent runs, full / read-only disks.
-# Each case says what a correct run does (refuse / accept); a verdict row counts tracebacks, inputs
-# changed and wrong results accepted (a refused request run to exit 0, a broken or half output set).
-# --------------------------------------------------------------------------------------------
-
-SCORE = "print(1.0)\n"
-HOLD = """import os, time
-here = os.path.dirname(os.path.abspath(__file__))
-if not os.path.exists(os.path.join(here, "held")):
-    open(os.path.join(here, "held"), "w").write(str(os.getppid()))
-    while os.path.exists(os.path.join(here, "hold")):
-        time.sleep(0.05)
-print(1.0)
-"""
-
-
-def _path_inputs(work: Path) -> None:
-    """``model_fp32.onnx`` with its weights in ``model.onnx.data``, its Q/DQ form with its data file,
-    a scoring script, and a report.html and the demo's data names the user already had."""
-    import onnx
-
-    onnx.save_model(onnx.load(str(work / "m.onnx")), str(work / "model_fp32.onnx"),
-                    save_as_external_data=True, location="model.onnx.data", size_threshold=256)
-    assert _cli(work, "calibrate model_fp32.onnx --data calib.npz --method minmax --out qx.onnx")[0] == 0
-    (work / "score.py").write_text(SCORE)
-    (work / "report.html").write_text("<p>last week's report</p>\n")
-    (work / "hold.py").write_text(HOLD)
-
-
-FP32 = "model_fp32.onnx --data calib.npz"
-PATH_CASES = [
-    ("calibrate --out X: X.data is MODEL's data", f"calibrate {FP32} --out model.onnx"),
-    ("calibrate --cache MODEL's data", f"calibrate {FP32} --out x.onnx --cache model.onnx.data"),
-    ("analyze --out MODEL's data", f"analyze {FP32} --eval eval.npz --out model.onnx.data"),
-    ("fallback --plan MODEL's data", f"fallback {FP32} --eval eval.npz --min-metric 0 --metric cosine "
-                                     "--out x.onnx --plan model.onnx.data"),
-    ("doctor --md MODEL's data", f"doctor {FP32} --checks weight_zeroing --md model.onnx.data"),
-    ("lint --json MODEL's data", "lint qx.onnx --json qx.onnx.data"),
-    ("calibrate --cache X.data of --out X", f"calibrate {FP32} --out q2.onnx --cache q2.onnx.data"),
-    ("auto --html the --evaluate script", f"auto m.onnx --data calib.npz --eval eval.npz --evaluate "
-                                          f"'{sys.executable} score.py {{model}}' --max-rel-loss 1 "
-                                          "--out x.onnx --plan p.json --html score.py"),
-    ("demo --export over the user's files", "demo --export ."),
-    ("demo --out over the user's report", "demo --out ."),
+# Bad numeric data and model storage: each case is refused in one line (exit 2) or works with the same
+# scales as the plain model (exit 0). "wrong" counts a refusal that did not happen or a result that
+# differs; "traceback" an exception that escaped the library's errors.
+REFUSE, SAME = "refused", "same scales"
+NUMERIC_CASES = [
+    ("NaN in calibration sample 17", "calibrate m.onnx --data calib_nan.npz --method minmax --out x.onnx",
+     REFUSE),
+    ("Inf in calibration sample 17", "calibrate m.onnx --data calib_inf.npz --method minmax --out x.onnx",
+     REFUSE),
+    *((f"3e38 in calibration sample 17, {method}",
+       f"calibrate m.onnx --data calib_big.npz --method {method} --out x.onnx", REFUSE)
+      for method in ("minmax", "percentile", "entropy", "mse")),
+    ("3e38 in calibration samples 17 and 40", "calibrate m.onnx --data calib_big2.npz --method minmax "
+                                              "--out x.onnx", REFUSE),
+    ("NaN in evaluation sample 5", "analyze q.onnx --fp32 m.onnx --eval eval_nan.npz --no-evidence "
+                                   "--out x.json", REFUSE),
+    ("3e38 weight", "calibrate w_big.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
+    ("NaN weight", "calibrate w_nan.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
+    ("negative label", "analyze q.onnx --fp32 m.onnx --eval labels_neg.npz --labels label --no-evidence "
+                       "--out x.json", REFUSE),
+    ("label >= number of classes", "analyze q.onnx --fp32 m.onnx --eval labels_big.npz --labels label "
+                                   "--no-evidence --out x.json", REFUSE),
+    ("dim_param not UTF-8", "calibrate dimutf8.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
+    ("external data hard-linked twice", "calibrate linked/m.onnx --data calib.npz --method minmax "
+                                        "--out x.onnx --scales x.json", SAME),
+    ("every tensor external (size_threshold=0)", "calibrate allext/m.onnx --data calib.npz --method minmax "
+                                                 "--out x.onnx --scales x.json", SAME),
 ]
 
 
-def _loads(path: Path) -> bool:
-    from quantdbg.model import load_model
+def _bad_numeric_inputs(work: Path) -> None:
+    """The files of NUMERIC_CASES, beside the plain model's reference scales (``ref.json``)."""
+    import onnx
+    from onnx import numpy_helper
 
-    try:
-        load_model(str(path), allow_quantized=True)
-    except Exception:  # noqa: BLE001 - a model that does not load is what this counts
-        return False
-    return True
+    emb = load_embedded()
+    calib, evals = emb.calib[INPUT_NAME][:64], emb.eval_inputs[INPUT_NAME][:64]
+    for name, value in (("nan", np.nan), ("inf", np.inf), ("big", 3e38)):
+        bad = calib.copy()
+        bad[17, 0, 3, 4] = value
+        np.savez(work / f"calib_{name}.npz", **{INPUT_NAME: bad})
+    bad = calib.copy()
+    bad[[17, 40], 0, 3, 4] = 3e38
+    np.savez(work / "calib_big2.npz", **{INPUT_NAME: bad})
+    bad = evals.copy()
+    bad[5, 0, 8, 8] = np.nan
+    np.savez(work / "eval_nan.npz", **{INPUT_NAME: bad}, label=emb.labels[:64])
+    for name, value in (("neg", -1), ("big", 10)):
+        labels = emb.labels[:64].copy()
+        labels[3] = value
+        np.savez(work / f"labels_{name}.npz", **{INPUT_NAME: evals}, label=labels)
+    model = onnx.load(str(work / "m.onnx"))
+    for name, value in (("big", 3e38), ("nan", np.nan)):
+        bad_model = onnx.ModelProto()
+        bad_model.CopyFrom(model)
+        weight = bad_model.graph.initializer[0]
+        values = numpy_helper.to_array(weight).copy()
+        values.flat[0] = value
+        weight.CopyFrom(numpy_helper.from_array(values, weight.name))
+        onnx.save(bad_model, str(work / f"w_{name}.onnx"))
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param.encode()
+    raw = (work / "m.onnx").read_bytes()
+    (work / "dimutf8.onnx").write_bytes(raw.replace(b"\x12" + bytes([len(batch)]) + batch,
+                                                    b"\x12" + bytes([len(batch)]) + b"\xff" * len(batch), 1))
+    for folder, threshold in (("linked", 1024), ("allext", 0)):
+        (work / folder).mkdir()
+        fresh = onnx.load(str(work / "m.onnx"))  # saving as external data rewrites the proto it is given
+        onnx.save_model(fresh, str(work / folder / "m.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=threshold)
+    os.link(work / "linked" / "m.onnx.data", work / "linked" / "backup.data")
+    reference = "calibrate m.onnx --data calib.npz --method minmax --out ref.onnx --scales ref.json"
+    assert _cli(work, reference)[0] == 0
 
 
-def run_path_cases(work: Path) -> list[tuple[str, ...]]:
-    """Every case asks for an output on a file the command reads or writes: it must be refused."""
+def run_numeric_cases(work: Path) -> list[tuple[str, ...]]:
+    """One row per NUMERIC_CASES entry: exit status, last stderr line, and whether the outcome was right."""
     rows = []
-    pristine = {p.name: p.read_bytes() for p in work.iterdir() if p.is_file() and not p.is_symlink()}
-    for case, command in PATH_CASES:
+    reference = json.loads((work / "ref.json").read_text())
+    for case, command, expected in NUMERIC_CASES:
         before = _state(work)
         status, line = _cli(work, command)
-        after = _state(work)
-        changed = sorted(n for n in before if after.get(n) != before[n])
-        broken = [n for n in sorted(set(after) - set(before)) if n.endswith(".onnx") and not _loads(work / n)]
-        rows.append(("paths", case, "refused", str(status), _short(line, work), ", ".join(changed) or "none",
-                     _verdict(status, changed, _accepted(status) or bool(broken),
-                              f"broken {', '.join(broken)}" if broken else "")))
-        for name in set(after) - set(before):
-            (work / name).unlink()
-        for name in (n for n in changed if n in pristine):
-            (work / name).write_bytes(pristine[name])
-    return rows
-
-
-def _short(line: str, work: Path) -> str:
-    return line.replace("|", "\\|").replace(str(work) + "/", "")[:160]
-
-
-def _accepted(status: int) -> bool:
-    """The command went ahead (0, or 1: a target missed, a finding) where it should have refused (2)."""
-    return status not in (2, -1)
-
-
-def _verdict(status: int, changed: list[str], wrong: bool, detail: str = "") -> str:
-    words = (["TRACEBACK"] if status == -1 else []) + (["INPUT CHANGED"] if changed else []) + \
-        (["WRONG ACCEPTED" + (f" ({detail})" if detail else "")] if wrong else [])
-    return ", ".join(words) or "ok"
-
-
-def run_concurrent_cases(work: Path) -> list[tuple[str, ...]]:
-    """A first run sits in its evaluation; a second run on one of its outputs must be refused, and a
-    third, once the first was SIGKILLed, must run."""
-    evaluate = f"'{sys.executable} hold.py {{model}}'"
-    cases = [("analyze, same --out", f"analyze q.onnx --fp32 m.onnx --eval eval.npz --mode isolated "
-                                      f"--no-evidence --evaluate {evaluate} --out same.json"),
-             ("auto, same --plan (journal)", f"auto m.onnx --data calib.npz --eval eval.npz --evaluate "
-                                             f"{evaluate} --max-rel-loss 1 --out same.onnx "
-                                             "--plan same_plan.json")]
-    rows = []
-    for case, command in cases:
-        for name in ("held", "hold"):
+        if status == -1:
+            verdict = "traceback"
+        elif expected == REFUSE:
+            verdict = "ok" if status == 2 else "wrong: accepted"
+        else:
+            same = status == 0 and _scales(work / "x.json") == _scales_of(reference)
+            verdict = "ok" if same else "wrong: failed or other scales"
+        changed = sorted(n for n, digest in before.items() if _state(work).get(n) != digest)
+        rows.append((case, str(status), line.replace("|", "\\|").replace(str(work) + "/", ""),
+                     ", ".join(changed) or "none", verdict))
+        for name in ("x.onnx", "x.json", "x.onnx.data"):
             (work / name).unlink(missing_ok=True)
-        (work / "hold").write_text("")
-        first = subprocess.Popen([sys.executable, "-m", "quantdbg", *shlex.split(command)], cwd=work,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        while not (work / "held").exists() and first.poll() is None:
-            time.sleep(0.05)
-        status, line = _cli(work, command)
-        rows.append(("concurrent", case + ", while the first runs", "refused", str(status),
-                     _short(line, work), "none", _verdict(status, [], _accepted(status))))
-        first.kill()
-        first.communicate()
-        (work / "hold").unlink()
-        status, line = _cli(work, command)
-        rows.append(("concurrent", case + ", first SIGKILLed", "runs", str(status), _short(line, work),
-                     "none", _verdict(status, [], False) if status in (0, 1) else "WRONGLY REFUSED"))
-        for path in work.iterdir():
-            if path.name.startswith(("same", ".same", "held")) and path.is_file():
-                path.unlink()
     return rows
 
 
-def run_disk_cases(work: Path) -> list[tuple[str, ...]]:
-    """The n-th file a command writes fails with ENOSPC, or the output folder turns read-only (EROFS)
-    once the command started: one line, and no output set left half written."""
-    out = work / "out"
-    sets = {
-        "lint --json --md": ("lint q.onnx --json out/l.json --md out/l.md", ["l.json", "l.md"]),
-        "report --html --md": ("report r.json --html out/r.html --md out/r.md --no-plots",
-                               ["r.md", "r.html"]),
-        "doctor --json --md --html": ("doctor m.onnx --data calib.npz --checks weight_zeroing --json "
-                                      "out/d.json --md out/d.md --html out/d.html",
-                                      ["d.json", "d.md", "d.html"]),
-        "demo --export": ("demo --export out", ["model.onnx", "calib.npz", "eval.npz", "score.py"]),
-        "auto (journal, outputs)": ("auto m.onnx --data calib.npz --eval eval.npz --metric cosine "
-                                    "--min-metric 1.01 --out out/a.onnx --plan out/a.json",
-                                    ["a.onnx", "a.json"]),
-    }
-    rows = []
-    for what, (command, names) in sets.items():
-        for fault, n in [("ENOSPC", k) for k in range(1, 6)] + [("EROFS", 0)]:
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            before, calls = _state(work), []
-            with _fault(fault, n, out, calls):
-                status, line = _cli(work, command)
-            if fault == "ENOSPC" and len(calls) < n:
-                continue  # the command writes fewer times: no fault was injected
-            left = sorted(p.name for p in out.iterdir() if p.name in names)
-            changed = sorted(k for k, v in _state(work).items() if before.get(k) != v)
-            case = f"{what}: {fault}" + (f" at write {n}" if n else "")
-            half = f"half set left: {', '.join(left)}" if left else ""
-            verdict = _verdict(status, changed, _accepted(status) or bool(left), half)
-            rows.append(("disk", case, "one line, no half set", str(status), _short(line, work),
-                         ", ".join(changed) or "none", verdict))
-    shutil.rmtree(out, ignore_errors=True)
-    return rows
+def _scales(path: Path) -> dict[str, float] | None:
+    return _scales_of(json.loads(path.read_text())) if path.is_file() else None
 
 
-@contextlib.contextmanager
-def _fault(kind: str, n: int, out: Path, calls: list[Any]) -> Iterator[None]:
-    """ENOSPC at the n-th write into ``out`` (a file published through ``_io.publish``, where every
-    quantdbg output goes, or an ``os.write`` to a file there: the resume journal, a lock; each is
-    appended to ``calls``), or EROFS for files created in ``out``."""
-    import quantdbg._io as io_
-
-    saved = {"publish": io_.publish, "write": os.write, "mkstemp": tempfile.mkstemp,
-             "mkdtemp": tempfile.mkdtemp}
-
-    def full() -> None:
-        calls.append(None)
-        if len(calls) == n:
-            raise OSError(28, "No space left on device")
-
-    def publish(tmp: Any, dest: Any) -> None:
-        full()
-        saved["publish"](tmp, dest)
-
-    def write(fd: int, data: Any) -> int:
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # not a file (a closed descriptor): not counted
-            target = ""
-        if target.startswith(str(out.resolve()) + os.sep):
-            full()
-        return saved["write"](fd, data)
-
-    def read_only(name: str) -> Callable[..., Any]:
-        def create(*args: Any, **kwargs: Any) -> Any:
-            folder = kwargs.get("dir")
-            if folder is not None and Path(folder).resolve() == out.resolve():
-                raise OSError(30, "Read-only file system", str(folder))
-            return saved[name](*args, **kwargs)
-        return create
-
-    if kind == "ENOSPC":
-        io_.publish, os.write = publish, write
-    else:
-        tempfile.mkstemp, tempfile.mkdtemp = read_only("mkstemp"), read_only("mkdtemp")
-    try:
-        yield
-    finally:
-        io_.publish, os.write = saved["publish"], saved["write"]
-        tempfile.mkstemp, tempfile.mkdtemp = saved["mkstemp"], saved["mkdtemp"]
+def _scales_of(entries: dict[str, Any]) -> dict[str, float]:
+    return {name: entry["scale"] for name, entry in entries.items()}
 
 
-def _summary(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """Per category: cases tried, tracebacks, inputs changed, wrong results accepted, wrongly refused."""
-    found = []
-    for category in dict.fromkeys(r[0] for r in rows):
-        mine = [r[-1] for r in rows if r[0] == category]
-        found.append((category, str(len(mine)), *(str(sum(word in v for v in mine)) for word in
-                                                    ("TRACEBACK", "INPUT CHANGED", "WRONG ACCEPTED",
-                                                     "WRONGLY REFUSED"))))
-    return found
+def numeric_summary(rows: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """Cases, tracebacks, wrong results accepted (or failures of what must work)."""
+    verdicts = Counter(row[-1].split(":")[0] for row in rows)
+    return str(len(rows)), str(verdicts["traceback"]), str(verdicts["wrong"])
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
@@ -548,7 +440,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-CATEGORIES = ("cli", "signals", "fuzz", "paths", "concurrent", "disk")
+CATEGORIES = ("cli", "signals", "fuzz", "numeric", "paths", "concurrent", "disk")
 
 
 def main_(argv: list[str] | None = None) -> int:
@@ -565,18 +457,26 @@ def main_(argv: list[str] | None = None) -> int:
         cli = run_cli_cases(work) if "cli" in chosen else []
         signals = run_signal_cases(work) if "signals" in chosen else []
         fuzz = run_fuzz(work, args.mutations) if "fuzz" in chosen else []
-        _path_inputs(work)
-        checked = [*(run_path_cases(work) if "paths" in chosen else []),
-                   *(run_concurrent_cases(work) if "concurrent" in chosen else []),
-                   *(run_disk_cases(work) if "disk" in chosen else [])]
+        numeric: list[tuple[str, ...]] = []
+        if "numeric" in chosen:
+            _bad_numeric_inputs(work)
+            numeric = run_numeric_cases(work)
+        outputs.path_inputs(work, _cli)
+        checked = [*(outputs.run_path_cases(work, _cli, _state) if "paths" in chosen else []),
+                   *(outputs.run_concurrent_cases(work, _cli) if "concurrent" in chosen else []),
+                   *(outputs.run_disk_cases(work, _cli, _state) if "disk" in chosen else [])]
     tables = [
         (("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"), cli),
         (("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"), signals),
         (("reader", "mutations", "escaped", "outcomes"), fuzz),
+        (("bad numeric data / model storage", "exit", "stderr (last line)", "inputs changed", "outcome"),
+         numeric),
+        (("bad numeric data", "cases", "tracebacks", "wrong results accepted"),
+         [("total", *numeric_summary(numeric))] if numeric else []),
         (("category", "case", "expected", "exit", "stderr (last line)", "inputs changed", "verdict"),
          checked),
         (("category", "cases tried", "tracebacks", "inputs changed", "wrong results accepted",
-          "wrongly refused"), _summary(checked)),
+          "wrongly refused"), outputs.summary(checked)),
     ]
     print("\n\n".join(_table(header, rows) for header, rows in tables if rows))
     return 0
