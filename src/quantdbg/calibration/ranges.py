@@ -11,8 +11,10 @@ from types import MappingProxyType
 from typing import Any
 
 from quantdbg import _display, _json
+from quantdbg.calibration.bias_correction import BiasCorrections, correct_biases
 from quantdbg.calibration.calibrators.base import Calibrator, TensorRange, get_calibrator
 from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonfinite
+from quantdbg.calibration.equalize import Equalization, equalize
 from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
@@ -35,6 +37,9 @@ class CalibrationResult(_display.Displayable, _json.Serializable):
             placement (the plan's :attr:`~quantdbg.placement.QdqPlan.folded_weights`).
         footprint: The model's weight bytes and the process's peak RSS when the result was made
             (None in files written before it was recorded).
+        bias_correction: The bias corrections measured (``config.bias_correction``; None: not asked).
+        equalization: The pairs cross-layer equalization rescaled before calibrating
+            (``config.equalize``; None: not asked).
     """
 
     ranges: Mapping[str, TensorRange]
@@ -44,6 +49,8 @@ class CalibrationResult(_display.Displayable, _json.Serializable):
     n_samples: int = 0
     folded_weights: tuple[FoldedWeight, ...] = ()
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
+    bias_correction: BiasCorrections | None = field(default=None, metadata=_json.optional())
+    equalization: Equalization | None = field(default=None, metadata=_json.optional())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", MappingProxyType(dict(self.ranges)))
@@ -66,8 +73,9 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     Args:
         model: FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
         data: Calibration data (``.npz`` path, arrays, or feeds; see :func:`quantdbg.data.as_data`).
-        config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit, and
-            the executor collecting the statistics in shards (same ranges, bit for bit).
+        config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit, the
+            executor collecting the statistics in shards (same ranges, bit for bit), cross-layer
+            equalization first, and bias correction (one more pass over the data).
         placement: Where Q/DQ pairs go: a QuantConfig to plan from, or a ready plan (from
             :func:`quantdbg.placement.plan_qdq` on this model, e.g. the one ``insert_qdq`` will use).
         progress: Show a progress bar (tqdm when installed, else log lines).
@@ -85,6 +93,8 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         BackendError: ONNX Runtime failed.
     """
     loaded = as_loaded(model)
+    equalized = equalize(loaded) if config.equalize else None  # before any statistics: it changes them
+    loaded = loaded if equalized is None else equalized.model
     plan = placement if isinstance(placement, QdqPlan) else plan_qdq(loaded, placement)
     tensors = plan.activation_tensors
     if not tensors:
@@ -104,9 +114,12 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
                               session_options=session_options)
     warn_nonfinite(collected)
     ranges = _ranges(collected, chosen, groups)
+    bias = correct_biases(loaded, data, plan, max_batches=config.max_batches, progress=progress) \
+        if config.bias_correction else None
     return CalibrationResult({name: ranges[name] for name in tensors}, dict(collected), config,
                              collected.n_batches, collected.n_samples, plan.folded_weights,
-                             footprint(loaded.proto))
+                             footprint(loaded.proto), bias,
+                             None if equalized is None else equalized.equalization)
 
 
 def _ranges(stats: Mapping[str, TensorStats], chosen: Mapping[str, Calibrator],
