@@ -11,13 +11,14 @@ from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, check_choice
 from quantdbg.fallback import FallbackConfig
 
-Repair = Literal["calibrator", "smoothquant"]
+Repair = Literal["equalize", "bias_correction", "calibrator", "smoothquant"]
 """An INT8 repair the flow tries before any layer leaves INT8 (see :mod:`quantdbg.pipeline.repairs`)."""
 
 REPAIRS: tuple[Repair, ...] = get_args(Repair)
 """Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices)."""
 
-Phase = Literal["reference", "int8", "calibrator", "smoothquant", "rank", "search", "verify"]
+Phase = Literal["reference", "int8", "equalize", "bias_correction", "calibrator", "smoothquant", "rank",
+                "search", "verify"]
 """A phase of the flow whose task-metric evaluations are counted apart (``AutoResult.evaluations``)."""
 
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -55,6 +56,44 @@ class CalibratorRepairConfig(Serializable):
 
     def __post_init__(self) -> None:
         _check_min_improvement("CalibratorRepairConfig", self.min_improvement)
+
+
+@dataclass(frozen=True)
+class EqualizeRepairConfig(Serializable):
+    """Cross-layer equalization (:class:`~quantdbg.pipeline.repairs.EqualizeRepair`): the channels of
+    consecutive Conv/Gemm layers rescaled so their ranges balance (:func:`quantdbg.calibration.equalize`),
+    then one calibration pass of the equalized model.
+
+    Attributes:
+        min_improvement: Kept only when the task metric improves by more than this.
+
+    Raises:
+        ConfigError: A negative ``min_improvement``.
+    """
+
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_min_improvement("EqualizeRepairConfig", self.min_improvement)
+
+
+@dataclass(frozen=True)
+class BiasCorrectionRepairConfig(Serializable):
+    """Bias correction (:class:`~quantdbg.pipeline.repairs.BiasCorrectionRepair`): the mean shift INT8
+    weight rounding adds to each output channel, measured in one pass and taken out of the biases
+    (:mod:`quantdbg.calibration.bias_correction`).
+
+    Attributes:
+        min_improvement: Kept only when the task metric improves by more than this.
+
+    Raises:
+        ConfigError: A negative ``min_improvement``.
+    """
+
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_min_improvement("BiasCorrectionRepairConfig", self.min_improvement)
 
 
 @dataclass(frozen=True)
@@ -104,6 +143,8 @@ class AutoConfig(Serializable):
         resume_path: JSON file holding the finished passes and every evaluation made; a run
             stopped earlier resumes from it (it must belong to the same model, data, metric,
             target and settings). None: nothing is written.
+        equalize: Settings of cross-layer equalization.
+        bias_correction: Settings of bias correction.
 
     Raises:
         ConfigError: An unknown or repeated repair, a share outside (0, 1], a batch size below 1
@@ -121,6 +162,8 @@ class AutoConfig(Serializable):
     threads: int = 0
     progress: bool = False
     resume_path: Path | None = None
+    equalize: EqualizeRepairConfig = field(default_factory=EqualizeRepairConfig)
+    bias_correction: BiasCorrectionRepairConfig = field(default_factory=BiasCorrectionRepairConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.repairs, str):
@@ -152,5 +195,6 @@ class AutoConfig(Serializable):
                        resume_path=None)
 
 
-__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "CalibratorRepairConfig", "Outcome",
-           "Phase", "Repair", "SmoothQuantRepairConfig"]
+__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "BiasCorrectionRepairConfig",
+           "CalibratorRepairConfig", "EqualizeRepairConfig", "Outcome", "Phase", "Repair",
+           "SmoothQuantRepairConfig"]

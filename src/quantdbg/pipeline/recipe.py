@@ -1,10 +1,11 @@
 """The flow's decisions as one JSON recipe, and re-applying it to a re-exported model.
 
-A recipe holds what the flow decided, in the order it is applied: SmoothQuant (when kept, with the
-per-channel ranges it used), the calibrator choice (the default calibrator and every per-tensor
-choice kept), the Q/DQ placement, and the layers kept out of INT8. Node and tensor names are all it
-refers to, so a model re-exported with the same names gets the same mixed model from
-:func:`apply_recipe`, with one calibration pass and no evaluation.
+A recipe holds what the flow decided, in the order it is applied: cross-layer equalization (when
+kept: ``calib.equalize``), SmoothQuant (when kept, with the per-channel ranges it used), the
+calibrator choice (the default calibrator and every per-tensor choice kept) with bias correction
+(``calib.bias_correction``), the Q/DQ placement, and the layers kept out of INT8. Node and tensor
+names are all it refers to, so a model re-exported with the same names gets the same mixed model
+from :func:`apply_recipe`, with one calibration pass (two with bias correction) and no evaluation.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.calibration import apply_smoothing, calibrate
+from quantdbg.calibration import apply_smoothing, calibrate, equalize
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource, as_model_data
 from quantdbg.model import ModelSource, as_loaded
@@ -27,11 +28,13 @@ from quantdbg.qdq import QuantizedModel, insert_qdq, remove_qdq
 class AutoRecipe(Serializable):
     """What the automatic flow decided (the ``quantdbg.auto_recipe/1`` document).
 
-    Applied in this order: ``smoothing`` (when kept) -> calibration with ``calib`` -> Q/DQ pairs
-    placed by ``quant`` -> ``exclude`` out of INT8 in ``precision``.
+    Applied in this order: equalization (``calib.equalize``) -> ``smoothing`` (when kept) ->
+    calibration with ``calib`` (bias corrections measured when ``calib.bias_correction``) -> Q/DQ
+    pairs placed by ``quant`` -> ``exclude`` out of INT8 in ``precision``.
 
     Attributes:
-        calib: The calibrator choice: the default calibrator, and the per-tensor choices kept.
+        calib: The calibrator choice: the default calibrator, the per-tensor choices kept, and
+            whether equalization and bias correction were kept.
         quant: Where Q/DQ pairs go.
         smoothing: SmoothQuant as applied (None when not kept).
         exclude: The layers kept out of INT8, in rank order.
@@ -93,6 +96,8 @@ def apply_recipe(model: ModelSource, calib_data: DataSource, recipe: AutoRecipe 
     if not isinstance(recipe, AutoRecipe):
         recipe = read_recipe(recipe)
     fp = as_loaded(model)
+    if recipe.calib.equalize:  # the flow equalized before SmoothQuant measured its ranges
+        fp = equalize(fp).model
     if recipe.smoothing is not None:
         fp = as_loaded(apply_smoothing(fp, recipe.smoothing.absmax(), recipe.smoothing.config).model)
     plan = plan_qdq(fp, recipe.quant)
