@@ -76,6 +76,29 @@ def clipped_pair(seed: int = 0) -> onnx.ModelProto:
     return _finish(gs.Graph(nodes, [x], [y, u], name="clipped_pair"))
 
 
+def relu6_chain(seed: int = 0) -> onnx.ModelProto:
+    """x[N,3,8,8] -> a -> Clip(0, 6) -> b -> Clip(-1, 6) -> c -> y: the ReLU6 is crossed (its ceiling rescaled
+    per channel), the Clip with a non-zero floor is not. a's channels are unbalanced and large enough that
+    the ceiling clips."""
+    rng = np.random.default_rng(seed)
+    gains = (10.0 ** np.linspace(-1.5, 0.5, 5)).astype(np.float32)
+    x = gs.Variable("x", np.float32, ("N", 3, 8, 8))
+    t = [gs.Variable(f"t{i}", np.float32) for i in range(4)]
+    y = gs.Variable("y", np.float32, ("N", 4, 8, 8))
+    zero, six = gs.Constant("zero", np.array(0.0, np.float32)), gs.Constant("six", np.array(6.0, np.float32))
+    minus_one = gs.Constant("minus_one", np.array(-1.0, np.float32))
+    nodes = [
+        gs.Node("Conv", "a", {"pads": [1, 1, 1, 1]},
+                inputs=[x, gs.Constant("a.w", _w(rng, (5, 3, 3, 3), 2.0) * gains[:, None, None, None]),
+                        gs.Constant("a.b", _w(rng, (5,), 0.5))], outputs=[t[0]]),
+        gs.Node("Clip", "relu6", inputs=[t[0], zero, six], outputs=[t[1]]),
+        gs.Node("Conv", "b", inputs=[t[1], gs.Constant("b.w", _w(rng, (6, 5, 1, 1)))], outputs=[t[2]]),
+        gs.Node("Clip", "clip", inputs=[t[2], minus_one, six], outputs=[t[3]]),
+        gs.Node("Conv", "c", inputs=[t[3], gs.Constant("c.w", _w(rng, (4, 6, 1, 1)))], outputs=[y]),
+    ]
+    return _finish(gs.Graph(nodes, [x], [y], name="relu6_chain"))
+
+
 def off_grid(values: np.ndarray, frac: float = 0.4) -> np.ndarray:
     """``values`` moved to ``k + frac`` INT8 steps of their per-output-channel scale (axis 0), so that
     round-to-nearest moves every weight of a channel by ``-frac`` steps (``frac`` < 0.5): a planted,

@@ -88,6 +88,23 @@ def test_bounded_activations_and_shared_tensors_are_not_crossed():
     assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
 
 
+def test_a_relu6_is_crossed_with_its_ceiling_rescaled_per_channel(rng):
+    model = mr.relu6_chain()
+    result = equalize(model)
+    (pair,) = result.equalization.pairs  # Clip(-1, 6) has a floor that would need rescaling too: not crossed
+    assert (pair.first, pair.second, pair.activation) == ("a", "b", "Clip")
+    feed = {"x": rng.standard_normal((4, 3, 8, 8)).astype(np.float32) * 3}
+    before, after = _run(model, feed)["y"], _run(result.model.proto, feed)["y"]
+    assert np.abs(after - before).max() <= 1e-5 * np.abs(before).max()
+    nodes = {n.name: n for n in result.model.proto.graph.node}
+    weights, original = _inits(result.model.proto), _inits(model)
+    scale = _out_ranges(original["a.w"], "conv") / _out_ranges(weights["a.w"], "conv")  # s per channel
+    relu6, ceiling = nodes["relu6"], nodes["relu6/Min"]
+    assert list(relu6.input) == ["t0", "zero", ""] and list(ceiling.output) == ["t1"]  # t1 keeps its name
+    np.testing.assert_allclose(weights[ceiling.input[1]].reshape(-1), 6.0 / scale, rtol=1e-5)
+    assert equalize(result.model).model is result.model
+
+
 def test_int8_gains_on_unbalanced_channels(rng):
     model = mr.conv_chain(0, spread=2.0)
     calib, evals = _feed(rng, 32), _feed(rng, 16)

@@ -15,12 +15,18 @@ Pairs are Conv or Gemm into Conv or Gemm, depthwise Conv included on either side
 Conv's input channel ``i`` is its output channel ``i``, so it can sit in two pairs:
 Conv -> Relu -> depthwise Conv -> Relu -> Conv). Layers in a chain share scales, so the scales are
 found by sweeping the pairs until no scale moves by more than :data:`TOLERANCE` (on per-channel
-maxima of the weights, not the weights), then every weight is rescaled once. Clip/Relu6 and other
-activations with bounds are not crossed (their bounds would need rescaling too), nor are layers whose
-weight or bias another node also reads, or an intermediate tensor another node (or the graph output)
-reads. Node and tensor names are unchanged, so plans made on the original model apply.
+maxima of the weights, not the weights), then every weight is rescaled once.
 
-The transform is idempotent: an equalized model is balanced, so equalizing it again changes nothing.
+A ReLU6 (``Clip(z, 0, 6)``) is crossed by rescaling its ceiling: channel ``i`` is clipped at
+``6 / s_i``, which one Clip cannot express, so it becomes ``Clip(z, 0)`` followed by a ``Min`` with
+the per-channel ceilings (writing the Clip's output tensor; TensorRT runs the Min as an elementwise
+layer). Other bounded activations are not crossed, nor are layers whose weight or bias another node
+also reads, or an intermediate tensor another node (or the graph output) reads. Node names of the
+layers and every tensor name are unchanged, so plans and calibrator choices made on the original
+model apply.
+
+The transform is idempotent: an equalized model is balanced (and a rescaled ReLU6 is no longer
+crossed), so equalizing it again changes nothing.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from quantdbg import _json
 from quantdbg.model import (
     LoadedModel,
     ModelSource,
+    UniqueNames,
     as_loaded,
     check_model,
     constant_values,
@@ -134,6 +141,7 @@ class _Pair:
     first: _Layer
     second: _Layer
     activation: str
+    clips: list[gs.Node]
     before: np.ndarray | None = None
 
 
@@ -167,19 +175,31 @@ def _equalizable(node: gs.Node) -> str | None:
     return None
 
 
-def _next_layer(node: gs.Node, outputs: set[str]) -> tuple[gs.Node, str] | None:
-    """The layer reading ``node``'s output alone (through positively homogeneous ops), and those ops."""
+def _next_layer(node: gs.Node, outputs: set[str]) -> tuple[gs.Node, list[gs.Node]] | None:
+    """The layer reading ``node``'s output alone through positively homogeneous ops (a Clip at 0 and a
+    constant ceiling among them), and those ops."""
     tensor, between = node.outputs[0], []
     while True:
         if tensor.name in outputs or len(tensor.outputs) != 1:
             return None
         reader = tensor.outputs[0]
         if reader.op in ("Conv", "Gemm"):
-            return (reader, "+".join(between)) if reader.inputs[0] is tensor else None
-        if reader.op not in _HOMOGENEOUS or len(reader.outputs) != 1 or len(between) == _MAX_BETWEEN:
+            return (reader, between) if reader.inputs[0] is tensor else None
+        homogeneous = reader.op in _HOMOGENEOUS or _ceiling(reader) is not None
+        if not homogeneous or len(reader.outputs) != 1 or len(between) == _MAX_BETWEEN:
             return None
         tensor = reader.outputs[0]
-        between.append(reader.op)
+        between.append(reader)
+
+
+def _ceiling(node: gs.Node) -> float | None:
+    """The upper bound of a ``Clip(z, 0, ceiling)`` (ReLU6), else None: only its ceiling needs rescaling."""
+    if node.op != "Clip" or len(node.inputs) != 3 or not node.inputs[1].name or not node.inputs[2].name:
+        return None
+    low, high = constant_values(node.inputs[1]), constant_values(node.inputs[2])
+    if low is None or high is None or low.size != 1 or high.size != 1 or float(low) != 0.0:
+        return None
+    return float(high) if np.isfinite(high) and float(high) > 0 else None
 
 
 def _pairs(graph: gs.Graph) -> list[_Pair]:
@@ -201,7 +221,9 @@ def _pairs(graph: gs.Graph) -> list[_Pair]:
         first, second = layer(node), layer(following[0])
         if first.reduced.shape[0] != second.in_scale.shape[0]:
             continue  # a Flatten/Reshape would sit between them; shapes disagree otherwise
-        found.append(_Pair(first, second, following[1]))
+        between = following[1]
+        clips = [n for n in between if n.op == "Clip"]
+        found.append(_Pair(first, second, "+".join(n.op for n in between), clips))
     return found
 
 
@@ -279,9 +301,29 @@ def equalize(model: ModelSource) -> EqualizationResult:
     records = tuple(_record(p) for p in pairs if _moved(p.first.out_scale))
     for layer in changed:
         _rescale(layer)
+    names = UniqueNames.of_graph(graph)
+    for pair in pairs:
+        for clip in pair.clips if _moved(pair.first.out_scale) else ():
+            _per_channel_ceiling(graph, clip, pair.first, names)
     equalized = to_model(graph, like=loaded.proto)
     result = LoadedModel(_checked(equalized), False, loaded.folded)
     return EqualizationResult(result, Equalization(records, sweeps))
+
+
+def _per_channel_ceiling(graph: gs.Graph, clip: gs.Node, first: _Layer, names: UniqueNames) -> None:
+    """``Clip(z, 0, c)`` of channels divided by ``s`` becomes ``Clip(z, 0)`` then ``Min(., c / s)``; the
+    Min writes the Clip's output tensor, so tensor names (and calibrator choices) stay."""
+    ceiling = _ceiling(clip)
+    assert ceiling is not None
+    node = first.node
+    shape = (-1,) + (1,) * (len(node.inputs[1].shape) - 2) if node.op == "Conv" else (-1,)
+    ceilings = (ceiling / first.out_scale).astype(np.float32).reshape(shape)
+    bound = gs.Constant(names(f"{clip.name}/ceiling"), ceilings)
+    out = clip.outputs[0]
+    unbounded = gs.Variable(names(f"{out.name}/unbounded"), out.dtype, out.shape)
+    clip.inputs[2] = gs.Variable.empty()
+    clip.outputs[0] = unbounded
+    graph.nodes.append(gs.Node("Min", names(f"{clip.name}/Min"), inputs=[unbounded, bound], outputs=[out]))
 
 
 def _moved(scale: np.ndarray) -> bool:
