@@ -112,3 +112,41 @@ def test_a_repair_that_does_not_improve_the_metric_is_not_kept():
                                                                      ("bias_correction", True, False)]
     assert not result.recipe.calib.equalize and not result.recipe.calib.bias_correction
     assert result.recipe.kept == ()
+
+
+class _Killed(BaseException):
+    """Stands for the process being killed while the metric runs."""
+
+
+class _Counting:
+    """:func:`_mean_error`, counting its calls, killed at call ``fail_at`` (None: never)."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at = fail_at
+        self.calls = 0
+
+    def __call__(self, out: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> float:
+        if self.calls == self.fail_at:
+            raise _Killed
+        self.calls += 1
+        return _mean_error(out, ref)
+
+
+def test_a_killed_run_resumes_with_the_stored_corrections(corrected, tmp_path, monkeypatch):
+    data, fresh = corrected
+    config = AutoConfig(CalibConfig("minmax"), repairs=("bias_correction", "calibrator"), threads=1,
+                        fallback=FP32, resume_path=tmp_path / "run.partial")
+    target = FallbackTarget.min_metric(-0.01)
+    with pytest.raises(_Killed):  # reference and INT8 scored, killed while scoring the corrected model
+        quantdbg.auto(mr.shifted_layers(), data, data, target,
+                      metric=OutputFunction(_Counting(2), "mean error"), config=config)
+    measured: list[int] = []
+    real = quantdbg.pipeline.context.correct_biases
+    monkeypatch.setattr("quantdbg.pipeline.context.correct_biases",
+                        lambda *args, **kwargs: measured.append(1) or real(*args, **kwargs))
+    counting = _Counting()
+    resumed = quantdbg.auto(mr.shifted_layers(), data, data, target,
+                            metric=OutputFunction(counting, "mean error"), config=config)
+    assert measured == [] and counting.calls == 1  # the corrections come from the file; one evaluation left
+    assert resumed.model.model.SerializeToString() == fresh.model.model.SerializeToString()
+    assert dict(resumed.evaluations) == dict(fresh.evaluations)
