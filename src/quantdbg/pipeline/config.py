@@ -37,7 +37,17 @@ def _check_min_improvement(owner: str, value: float) -> None:
 
 
 @dataclass(frozen=True)
-class CalibratorRepairConfig(Serializable):
+class _KeptIfBetter(Serializable):
+    """A repair's settings when the only one is how much better the task metric must get."""
+
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_min_improvement(type(self).__name__, self.min_improvement)
+
+
+@dataclass(frozen=True)
+class CalibratorRepairConfig(_KeptIfBetter):
     """The per-tensor calibrator choice (:class:`~quantdbg.pipeline.repairs.CalibratorRepair`).
 
     Each activation tensor gets the registered calibrator whose range gives the layers reading it
@@ -52,14 +62,9 @@ class CalibratorRepairConfig(Serializable):
         ConfigError: A negative ``min_improvement``.
     """
 
-    min_improvement: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check_min_improvement("CalibratorRepairConfig", self.min_improvement)
-
 
 @dataclass(frozen=True)
-class EqualizeRepairConfig(Serializable):
+class EqualizeRepairConfig(_KeptIfBetter):
     """Cross-layer equalization (:class:`~quantdbg.pipeline.repairs.EqualizeRepair`): the channels of
     consecutive Conv/Gemm layers rescaled so their ranges balance (:func:`quantdbg.calibration.equalize`),
     then one calibration pass of the equalized model.
@@ -71,14 +76,9 @@ class EqualizeRepairConfig(Serializable):
         ConfigError: A negative ``min_improvement``.
     """
 
-    min_improvement: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check_min_improvement("EqualizeRepairConfig", self.min_improvement)
-
 
 @dataclass(frozen=True)
-class BiasCorrectionRepairConfig(Serializable):
+class BiasCorrectionRepairConfig(_KeptIfBetter):
     """Bias correction (:class:`~quantdbg.pipeline.repairs.BiasCorrectionRepair`): the mean shift INT8
     weight rounding adds to each output channel, measured in one pass and taken out of the biases
     (:mod:`quantdbg.calibration.bias_correction`).
@@ -89,11 +89,6 @@ class BiasCorrectionRepairConfig(Serializable):
     Raises:
         ConfigError: A negative ``min_improvement``.
     """
-
-    min_improvement: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check_min_improvement("BiasCorrectionRepairConfig", self.min_improvement)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import glob
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -94,6 +94,21 @@ class RepairPass(Protocol):
         ...
 
 
+class _KeepRule(Protocol):
+    min_improvement: float
+
+
+SettingsT = TypeVar("SettingsT", bound=_KeepRule)
+
+
+class _Settings(Generic[SettingsT]):
+    """Holds a pass's settings and the improvement it must bring to be kept."""
+
+    def __init__(self, config: SettingsT) -> None:
+        self.config = config
+        self.min_improvement = config.min_improvement
+
+
 def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) -> CalibConfig:
     """``config`` with exact per-tensor choices put first, so they win over its own globs.
 
@@ -109,7 +124,7 @@ def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) 
     return replace(config, per_tensor={**exact, **kept})
 
 
-class CalibratorRepair:
+class CalibratorRepair(_Settings[CalibratorRepairConfig]):
     """Per-tensor calibrator choice from the sensitivity evidence.
 
     Args:
@@ -117,10 +132,6 @@ class CalibratorRepair:
     """
 
     name: Repair = "calibrator"
-
-    def __init__(self, config: CalibratorRepairConfig) -> None:
-        self.config = config
-        self.min_improvement = config.min_improvement
 
     def apply(self, stage: Stage, context: AutoContext) -> Proposal:
         """Proposes ``stage`` with each tensor's best calibrator (the ranges from its statistics).
@@ -177,7 +188,7 @@ def _choices(report: SensitivityReport, before: Stage, after: Stage,
     return tuple(found)
 
 
-class SmoothQuantRepair:
+class SmoothQuantRepair(_Settings[SmoothQuantRepairConfig]):
     """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels.
 
     Args:
@@ -185,10 +196,6 @@ class SmoothQuantRepair:
     """
 
     name: Repair = "smoothquant"
-
-    def __init__(self, config: SmoothQuantRepairConfig) -> None:
-        self.config = config
-        self.min_improvement = config.min_improvement
 
     def apply(self, stage: Stage, context: AutoContext) -> Proposal:
         """Proposes ``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated.
@@ -249,7 +256,7 @@ def _carry_choices(stage: Stage, migrations: Sequence[Migration]) -> CalibConfig
     return with_per_tensor(config, moved) if moved else config
 
 
-class EqualizeRepair:
+class EqualizeRepair(_Settings[EqualizeRepairConfig]):
     """Cross-layer equalization of consecutive Conv/Gemm layers, then a calibration of the equalized model.
 
     Args:
@@ -257,10 +264,6 @@ class EqualizeRepair:
     """
 
     name: Repair = "equalize"
-
-    def __init__(self, config: EqualizeRepairConfig) -> None:
-        self.config = config
-        self.min_improvement = config.min_improvement
 
     def apply(self, stage: Stage, context: AutoContext) -> Proposal:
         """Proposes ``stage``'s FP32 model equalized and calibrated again (a stored pass).
@@ -286,7 +289,7 @@ class EqualizeRepair:
                         f"{worst.imbalance_before:.3g} -> {worst.imbalance_after:.3g})")
 
 
-class BiasCorrectionRepair:
+class BiasCorrectionRepair(_Settings[BiasCorrectionRepairConfig]):
     """The mean shift INT8 weight rounding adds to each output channel, taken out of the biases.
 
     Args:
@@ -294,10 +297,6 @@ class BiasCorrectionRepair:
     """
 
     name: Repair = "bias_correction"
-
-    def __init__(self, config: BiasCorrectionRepairConfig) -> None:
-        self.config = config
-        self.min_improvement = config.min_improvement
 
     def apply(self, stage: Stage, context: AutoContext) -> Proposal:
         """Proposes ``stage`` with its biases corrected (one stored pass measures the corrections).
