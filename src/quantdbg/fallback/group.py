@@ -121,9 +121,10 @@ def shrink(ledger: Ledger, names: tuple[str, ...], chosen: frozenset[str]) -> fr
     Each round (evaluations logged as ``"exchange"``):
 
     1. *Essential* layers: ``a`` is essential when every layer but ``a`` out of INT8 misses the
-       target; every passing set then holds ``a``. When at most one layer of the set is not
-       essential, the set is a smallest one and the phase ends (at most ``k`` evaluations: the
-       whole cost when the culprits are unique, as planted ones are).
+       target; every passing set then holds ``a``. As soon as at most one layer of the set can be
+       other than essential, the set is a smallest one and the phase ends: at most ``k - 1``
+       evaluations, the whole cost when the culprits are unique (as planted ones are), none for
+       a set of one layer.
     2. *Exchanges*: the other layers, cheapest first (the loss each showed alone in INT8 in step 1,
        then least sensitive by rank); for ``j = 2, 3, ...`` drop the ``j`` cheapest and look for
        fewer than ``j`` layers that replace them: QuickXplain over the layers outside the set, the
@@ -160,11 +161,15 @@ def shrink(ledger: Ledger, names: tuple[str, ...], chosen: frozenset[str]) -> fr
 def _smaller(ledger: Ledger, names: tuple[str, ...], chosen: frozenset[str]) -> frozenset[str] | None:
     """One round of :func:`shrink`: a smaller passing set, or None."""
     every = frozenset(names)
-    ranked = ledger.ranked(chosen)
-    essential = frozenset(a for a in ranked if not ledger.met(every - {a}, "exchange"))
-    free = _cheapest_first(ledger, every, [a for a in ranked if a not in essential])
+    essential: set[str] = set()
+    for layer in ledger.ranked(chosen):
+        if len(chosen) - len(essential) < 2:
+            return None  # at most one layer is not essential: chosen is a smallest set (docstring)
+        if not ledger.met(every - {layer}, "exchange"):
+            essential.add(layer)
+    free = _cheapest_first(ledger, every, [a for a in ledger.ranked(chosen) if a not in essential])
     outside = [n for n in names if n not in chosen]
-    for size in range(2, len(free) + 1):  # fewer than two: chosen is a smallest set (docstring)
+    for size in range(2, len(free) + 1):
         dropped = free[:size]
         base = chosen - frozenset(dropped)
         try:

@@ -13,7 +13,7 @@ passes). Three strategies:
   the smallest: the exchange phase then spends the budget left on smaller ones (drop ``j`` layers of
   the set and look for fewer than ``j`` to replace them) until a round finds none. When ``k``
   layers must leave INT8 and no other set passes it needs at most
-  ``ceil(log2(S)) + 1 + 1 + 2k * ceil(log2(L / k)) + 2k + k`` evaluations, wherever the ``k`` sit
+  ``ceil(log2(S)) + 1 + 1 + 2k * ceil(log2(L / k)) + 2k + k - 1`` evaluations, wherever the ``k`` sit
   in the ranking (:mod:`quantdbg.fallback.budget`). Its default budget is that bound for
   ``k = max(4, ceil(L / 10))``; when the budget runs out, the smallest passing set seen is the
   answer (status ``"budget_exhausted"``, with numbers). It walks the report's fused
