@@ -11,10 +11,17 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg.calibration import BiasCorrections, CalibrationResult, calibrate, correct_biases, expose_tensors
+from quantdbg.calibration import (
+    BiasCorrections,
+    CalibrationResult,
+    calibrate,
+    correct_biases,
+    expose_tensors,
+    recalibrate,
+)
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import as_model_data
-from quantdbg.errors import ModelError
+from quantdbg.errors import ModelError, NotCalibratedError
 from quantdbg.model import as_loaded, load_model
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import insert_qdq, quantize, remove_qdq
@@ -195,6 +202,22 @@ def test_corrections_of_another_model_are_refused(data):
                r"which this model does not have \('conv\.b'\); calibrate this model again\.$")
     with pytest.raises(ModelError, match=message):
         insert_qdq(other, result)
+
+
+def test_recalibrating_keeps_the_corrections_only_when_asked(data):
+    model = mr.shifted_layers()
+    plan = plan_qdq(as_loaded(model))
+    result = calibrate(model, data, CalibConfig("entropy", bias_correction=True), plan)
+    kept = recalibrate(result, BIASED, plan)
+    assert kept.bias_correction == result.bias_correction and kept.ranges != result.ranges
+    plain = recalibrate(result, CalibConfig("minmax"), plan)
+    assert plain.bias_correction is None
+    message = r"^The calibration holds no bias corrections, which the config asks for; calibrate again"
+    with pytest.raises(NotCalibratedError, match=message):
+        recalibrate(plain, BIASED, plan)
+    message = r"^The calibration's statistics are of the model as given, but the config says equalize=True; "
+    with pytest.raises(NotCalibratedError, match=message):
+        recalibrate(result, CalibConfig("minmax", equalize=True), plan)
 
 
 # ----- JSON ----------------------------------------------------------------------------------------

@@ -175,8 +175,11 @@ def recalibrate(calibration: CalibrationResult, config: CalibConfig, plan: QdqPl
 
     Raises:
         ConfigError: A calibrator name is unknown.
-        NotCalibratedError: A tensor has no statistics, or no histogram while its calibrator needs one.
+        NotCalibratedError: A tensor has no statistics, or no histogram while its calibrator needs one;
+            ``config`` equalizes where the calibration did not (or the reverse), or asks for bias
+            corrections it does not hold.
     """
+    _check_same_model(calibration, config)
     chosen, groups = _choices(config, plan)
     for name, calibrator in chosen.items():
         stats = calibration.stats.get(name)
@@ -187,7 +190,20 @@ def recalibrate(calibration: CalibrationResult, config: CalibConfig, plan: QdqPl
                                      "calibrate().")
     ranges = _ranges(calibration.stats, chosen, groups)
     chosen_ranges = {name: ranges[name] for name in plan.activation_tensors}
-    return replace(calibration, ranges=chosen_ranges, config=config)
+    corrections = calibration.bias_correction if config.bias_correction else None
+    return replace(calibration, ranges=chosen_ranges, config=config, bias_correction=corrections)
+
+
+def _check_same_model(calibration: CalibrationResult, config: CalibConfig) -> None:
+    """Statistics of an equalized model do not serve the original (and the reverse); corrections that
+    were not measured cannot be chosen."""
+    if config.equalize != calibration.config.equalize:
+        measured = "the equalized model" if calibration.config.equalize else "the model as given"
+        raise NotCalibratedError(f"The calibration's statistics are of {measured}, but the config says "
+                                 f"equalize={config.equalize}; calibrate again with calibrate().")
+    if config.bias_correction and calibration.bias_correction is None:
+        raise NotCalibratedError("The calibration holds no bias corrections, which the config asks for; "
+                                 "calibrate again with calibrate().")
 
 
 def _choices(config: CalibConfig, plan: QdqPlan) -> tuple[dict[str, Calibrator], list[tuple[str, ...]]]:
