@@ -51,7 +51,7 @@ def test_configs_round_trip(config):
 
 def test_defaults():
     config = AutoConfig()
-    assert config.repairs == REPAIRS == ("equalize", "bias_correction", "calibrator", "smoothquant")
+    assert config.repairs == REPAIRS == ("calibrator", "bias_correction", "equalize", "smoothquant")
     assert config.calib.method == "entropy" and config.fallback.precision is Precision.FP16
     assert config.max_fallback_share == 0.25 and config.resume_path is None
 
@@ -71,8 +71,8 @@ def test_settings_leave_out_what_does_not_change_the_result():
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"repairs": "calibrator"}, "repairs takes a sequence of repair names, not one string; write "
                                 "('calibrator',)."),
-    ({"repairs": ("calibrator", "bias")}, "Unknown repair 'bias'; choose one of equalize, bias_correction, "
-                                          "calibrator, smoothquant."),
+    ({"repairs": ("calibrator", "bias")}, "Unknown repair 'bias'; choose one of calibrator, bias_correction, "
+                                          "equalize, smoothquant."),
     ({"repairs": ("calibrator", "calibrator")}, "repairs lists a repair twice: ('calibrator', "
                                                 "'calibrator'); give "
                                                 "each once, in the order to try them."),
@@ -104,8 +104,8 @@ def test_repair_configs_refuse_bad_values():
 def test_a_bad_field_in_json_is_named():
     data = AutoConfig().to_dict()
     data["repairs"] = ["calibrator", "pruning"]
-    with pytest.raises(FormatError, match=r"field 'repairs\[1\]': expected one of \"equalize\", "
-                                          r"\"bias_correction\", \"calibrator\", \"smoothquant\""):
+    with pytest.raises(FormatError, match=r"field 'repairs\[1\]': expected one of \"calibrator\", "
+                                          r"\"bias_correction\", \"equalize\", \"smoothquant\""):
         AutoConfig.from_dict(data)
 
 

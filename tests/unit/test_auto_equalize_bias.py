@@ -33,7 +33,7 @@ def _output_sqnr(name: str):  # noqa: ANN202
 def equalized():
     rng = np.random.default_rng(3)
     model, calib, evals = mr.conv_chain(0, spread=2.0), _chain_feed(rng, 32), _chain_feed(rng, 16)
-    config = AutoConfig(CalibConfig("minmax"), threads=1, fallback=FP32)
+    config = AutoConfig(CalibConfig("minmax"), repairs=("equalize", "calibrator"), threads=1, fallback=FP32)
     result = quantdbg.auto(model, calib, evals, FallbackTarget.min_metric(33.0), metric=_output_sqnr("y"),
                            config=config)
     return model, calib, evals, result
@@ -150,3 +150,14 @@ def test_a_killed_run_resumes_with_the_stored_corrections(corrected, tmp_path, m
     assert measured == [] and counting.calls == 1  # the corrections come from the file; one evaluation left
     assert resumed.model.model.SerializeToString() == fresh.model.model.SerializeToString()
     assert dict(resumed.evaluations) == dict(fresh.evaluations)
+
+
+def test_the_default_repairs_reach_bias_correction_when_the_calibrator_is_not_enough(corrected):
+    data, focused = corrected
+    config = AutoConfig(CalibConfig("minmax"), threads=1, fallback=FP32)
+    result = quantdbg.auto(mr.shifted_layers(), data, data, FallbackTarget.min_metric(-0.01),
+                           metric=OutputFunction(_mean_error, "mean error"), config=config)
+    assert [r.repair for r in result.repairs][:2] == ["calibrator", "bias_correction"]
+    assert result.outcome == "repaired" and "bias_correction" in result.recipe.kept
+    assert result.recipe.calib.bias_correction and result.repaired_value >= -0.01
+    assert result.evaluations["bias_correction"] == 1 and "equalize" not in result.evaluations

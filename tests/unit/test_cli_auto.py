@@ -68,13 +68,11 @@ def test_met_with_an_evaluation_command_exits_0(files, capsys, tmp_path):
     assert result.outcome == "repaired" and result.metric == "command"
     assert result.fp32_value == pytest.approx(1.0)
     assert result.int8_value < 0.5 and 0.95 <= result.final_value < 1.0
-    # equalization finds no Conv/Gemm pair to balance (no evaluation); bias correction helps a little
-    assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [
-        ("equalize", False, False), ("bias_correction", True, True), ("calibrator", True, True)]
-    assert stdout.splitlines() == [result.message, "evaluations: reference 1, int8 1, bias_correction 1, "
-                                                   "calibrator 1 (4 in all)"]
-    assert stdout.startswith("INT8 repaired by bias_correction + calibrator meets relative loss <= 5 % of 1: "
-                             "command 0.9")
+    # the calibrator choice meets the target: bias correction and equalization are not tried
+    assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [("calibrator", True, True)]
+    assert stdout.splitlines() == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in "
+                                                   "all)"]
+    assert stdout.startswith("INT8 repaired by calibrator meets relative loss <= 5 % of 1: command 0.9")
     written = onnx.load(str(out))
     again = apply_recipe(files / "fp32.onnx", files / "calib.npz", plan)
     assert written.SerializeToString() == again.model.SerializeToString()

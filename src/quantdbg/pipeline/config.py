@@ -11,13 +11,15 @@ from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, check_choice
 from quantdbg.fallback import FallbackConfig
 
-Repair = Literal["equalize", "bias_correction", "calibrator", "smoothquant"]
+Repair = Literal["calibrator", "bias_correction", "equalize", "smoothquant"]
 """An INT8 repair the flow tries before any layer leaves INT8 (see :mod:`quantdbg.pipeline.repairs`)."""
 
 REPAIRS: tuple[Repair, ...] = get_args(Repair)
-"""Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices)."""
+"""Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices): the
+calibrator choice first (on the zoo's tighter-target runs it was the repair kept), each later one
+tried only while the target is missed."""
 
-Phase = Literal["reference", "int8", "equalize", "bias_correction", "calibrator", "smoothquant", "rank",
+Phase = Literal["reference", "int8", "calibrator", "bias_correction", "equalize", "smoothquant", "rank",
                 "search", "verify"]
 """A phase of the flow whose task-metric evaluations are counted apart (``AutoResult.evaluations``)."""
 
