@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import export_forms
 import models_repairs as mr
 import numpy as np
 import onnx
@@ -145,6 +146,21 @@ def test_a_bias_held_by_a_constant_node_becomes_an_initializer(data):
     assert (c.bias, c.held) == ("conv.b_c", "computed")
     written = _inits(qmodel.model)[_node(qmodel.model, "conv").input[2]]
     np.testing.assert_allclose(written, mr.shifted_weights()["conv.b"] - c.shift, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["constants", "transposed", "inputs"])
+def test_weights_and_biases_wherever_the_export_holds_them(form, data):
+    """Weights in Constant nodes or behind a Transpose, biases in Constant nodes: the same corrections,
+    and each corrected bias written as an initializer the layer reads."""
+    plain = calibrate(mr.shifted_layers(), data, BIASED).bias_correction
+    qmodel = quantize(export_forms.form(mr.shifted_layers(), form), data, BIASED)
+    found = qmodel.calibration.bias_correction
+    assert [c.node for c in found.corrections] == [c.node for c in plain.corrections]
+    for a, b in zip(found.corrections, plain.corrections, strict=True):
+        np.testing.assert_allclose(a.shift, b.shift, rtol=1e-6, atol=1e-9)
+        assert a.held == ("computed" if form == "constants" and b.held == "initializer" else b.held)
+        written = _inits(qmodel.model)[_node(qmodel.model, a.owner).input[a.input_index]]
+        np.testing.assert_array_equal(written, a.corrected)
 
 
 def test_the_shift_does_not_depend_on_the_batch_size(data):
