@@ -142,7 +142,7 @@ class CalibConfig(_json.Serializable):
             (:mod:`quantdbg.calibration.bias_correction`).
         equalize: Calibrate (and quantize) the model after cross-layer equalization, which rescales
             the channels of consecutive Conv/Gemm layers so their ranges balance, keeping the FP32
-            function (:mod:`quantdbg.calibration.equalize`).
+            function (:mod:`quantdbg.calibration.equalization`).
         executor: Where the statistics are collected (None: in this process): with an executor the
             data is split into ``shards`` sample ranges collected as tasks and merged exactly, so the
             ranges are the same bits. Not part of the JSON form or of equality (it changes no result).

@@ -3,7 +3,7 @@
 Data flows ``stats`` (streaming collectors, exact merge) -> ``collect`` (one ONNX Runtime pass
 streaming the planned activations into collectors) -> ``calibrators`` (statistics -> range,
 a registry) -> ``ranges`` (:func:`calibrate`). ``smoothing`` is the SmoothQuant-style rewrite
-that moves activation outliers into weights before calibration, ``equalize`` the cross-layer
+that moves activation outliers into weights before calibration, ``equalization`` the cross-layer
 equalization that balances the channels of consecutive layers, and ``bias_correction`` the mean
 shift of INT8 weight rounding, measured per channel and taken out of the biases.
 """
@@ -33,10 +33,10 @@ from quantdbg.calibration.collect import expose_tensors as expose_tensors
 from quantdbg.calibration.compare import CalibratorComparison as CalibratorComparison
 from quantdbg.calibration.compare import compare_calibrators as compare_calibrators
 from quantdbg.calibration.compare import histogram_sqnr as histogram_sqnr
-from quantdbg.calibration.equalize import Equalization as Equalization
-from quantdbg.calibration.equalize import EqualizationResult as EqualizationResult
-from quantdbg.calibration.equalize import EqualizedPair as EqualizedPair
-from quantdbg.calibration.equalize import equalize as equalize
+from quantdbg.calibration.equalization import Equalization as Equalization
+from quantdbg.calibration.equalization import EqualizationResult as EqualizationResult
+from quantdbg.calibration.equalization import EqualizedPair as EqualizedPair
+from quantdbg.calibration.equalization import equalize as equalize
 from quantdbg.calibration.ranges import CalibrationResult as CalibrationResult
 from quantdbg.calibration.ranges import calibrate as calibrate
 from quantdbg.calibration.ranges import recalibrate as recalibrate

@@ -14,7 +14,7 @@ from quantdbg import _display, _json
 from quantdbg.calibration.bias_correction import BiasCorrections, correct_biases
 from quantdbg.calibration.calibrators.base import Calibrator, TensorRange, get_calibrator
 from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonfinite
-from quantdbg.calibration.equalize import Equalization, equalize
+from quantdbg.calibration.equalization import Equalization, equalize
 from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
