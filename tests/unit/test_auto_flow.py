@@ -184,7 +184,7 @@ def test_a_killed_run_resumes_and_makes_no_evaluation_twice(planted, tmp_path):
         quantdbg.auto(model, calib, evals, FallbackTarget.min_metric(0.9),
                       metric=OutputFunction(again, "rel"), config=resume)
     assert str(err.value) == (f"Resume file {str(tmp_path / 'run.partial')!r} belongs to another run: the "
-                              "target differs; delete it to start afresh, or choose another resume file.")
+                              "target changed; pass --restart to start over (or delete the file).")
 
 
 def test_target_and_metric_must_agree(clipped):

@@ -4,8 +4,8 @@ layers to keep out of INT8, verify, report.
 Writes the final model (``--out``), the result with its re-appliable recipe (``--plan``, a
 ``quantdbg.auto/1`` document) and optionally the HTML report. Exit status 0 when the target is
 met, 1 when it is not (the files hold the best model found and the verdict says why), 2 on bad
-input. A run stopped early resumes from ``--resume`` (default ``PLAN.json.partial``), which holds
-the finished passes and every evaluation made.
+input. A run stopped early resumes from ``--resume`` (default ``PLAN.json.partial``), the journal
+of the finished passes and every evaluation made; ``--restart`` starts over.
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from quantdbg.cli._options import (
     task_metric,
 )
 from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -86,8 +87,9 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     auto.add_argument("--max-fallback", type=float, default=25.0, metavar="PCT",
                       help="Most layers kept out of INT8, in %% of the quantized layers (default 25).")
     auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
-    auto.add_argument("--resume", metavar="FILE", help="Progress file to resume from and write (default "
+    auto.add_argument("--resume", metavar="FILE", help="Journal to resume from and write (default "
                       "PLAN.json.partial, deleted once the run is done).")
+    add_resume_options(auto, "--resume")
     add_quant_options(auto)
     add_execution_options(auto)
 
@@ -130,16 +132,9 @@ def run(args: argparse.Namespace) -> int:
     config = _config(args, resume)
     model = as_loaded(args.model)
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
-    existed = resume.exists()
-    try:
-        result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
-                          config=config)
-    except ConfigError:
-        # Settings that must change leave nothing to resume; other failures (a command that crashed,
-        # an interrupt) keep the progress for the rerun.
-        if args.resume is None and not existed and resume.exists():
-            os.unlink(resume)
-        raise
+    restart(args, resume)
+    result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
+                  config=config)
     assert result.model is not None  # a run always ends with a model
     with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
         result.model.save(staged["out"])  # the model, its plan and report appear together or not at all

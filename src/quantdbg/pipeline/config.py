@@ -137,9 +137,10 @@ class AutoConfig(Serializable):
         batch_size: Samples per feed for arrays and ``.npz`` files (None: 32).
         threads: ONNX Runtime intra-op threads (0: all cores).
         progress: Show progress bars (else log lines at DEBUG).
-        resume_path: JSON file holding the finished passes and every evaluation made; a run
-            stopped earlier resumes from it (it must belong to the same model, data, metric,
-            target and settings). None: nothing is written.
+        resume_path: The run's journal (:mod:`quantdbg._journal`), every finished pass and
+            evaluation appended as it is made; a run stopped earlier resumes from it (it must
+            belong to the same model, data, metric, evaluation files, target and settings).
+            None: nothing is written.
         equalize: Settings of cross-layer equalization.
         bias_correction: Settings of bias correction.
 
@@ -186,7 +187,7 @@ class AutoConfig(Serializable):
         return max(1, int(self.max_fallback_share * n_layers + 1e-9))
 
     def settings(self) -> AutoConfig:
-        """The settings that decide the result: progress and the resume file left out (for fingerprints)."""
+        """The settings that decide the result: progress and the journal left out (for its ingredients)."""
         sensitivity = replace(self.fallback.sensitivity, progress=False, results_path=None)
         return replace(self, fallback=replace(self.fallback, sensitivity=sensitivity), progress=False,
                        resume_path=None)
