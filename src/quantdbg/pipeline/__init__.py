@@ -31,6 +31,7 @@ from quantdbg.pipeline.flow import auto as auto
 from quantdbg.pipeline.recipe import AutoRecipe as AutoRecipe
 from quantdbg.pipeline.recipe import apply_recipe as apply_recipe
 from quantdbg.pipeline.recipe import read_recipe as read_recipe
+from quantdbg.pipeline.recipe import recipe_of as recipe_of
 from quantdbg.pipeline.records import ChannelRange as ChannelRange
 from quantdbg.pipeline.records import RepairRecord as RepairRecord
 from quantdbg.pipeline.records import SmoothingStep as SmoothingStep

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
 
-from quantdbg._json import Serializable
+from quantdbg._json import Serializable, optional
+from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import SmoothingConfig
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, check_choice
@@ -141,6 +142,8 @@ class AutoConfig(Serializable):
             evaluation appended as it is made; a run stopped earlier resumes from it (it must
             belong to the same model, data, metric, evaluation files, target and settings).
             None: nothing is written.
+        engine: The TensorRT profile and build settings of the result's build commands (None: a
+            dynamic batch from 1 to ``batch_size``, the rule of every command).
         equalize: Settings of cross-layer equalization.
         bias_correction: Settings of bias correction.
 
@@ -160,6 +163,7 @@ class AutoConfig(Serializable):
     threads: int = 0
     progress: bool = False
     resume_path: Path | None = None
+    engine: TrtConfig | None = field(default=None, metadata=optional())
     equalize: EqualizeRepairConfig = field(default_factory=EqualizeRepairConfig)
     bias_correction: BiasCorrectionRepairConfig = field(default_factory=BiasCorrectionRepairConfig)
 
@@ -187,10 +191,11 @@ class AutoConfig(Serializable):
         return max(1, int(self.max_fallback_share * n_layers + 1e-9))
 
     def settings(self) -> AutoConfig:
-        """The settings that decide the result: progress and the journal left out (for its ingredients)."""
+        """The settings that decide the result: progress, the journal and the build commands'
+        settings left out (for its ingredients)."""
         sensitivity = replace(self.fallback.sensitivity, progress=False, results_path=None)
         return replace(self, fallback=replace(self.fallback, sensitivity=sensitivity), progress=False,
-                       resume_path=None)
+                       resume_path=None, engine=None)
 
 
 __all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "BiasCorrectionRepairConfig",

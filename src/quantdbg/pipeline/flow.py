@@ -28,6 +28,7 @@ from quantdbg.errors import ConfigError
 from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_metric
 from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
 from quantdbg.model import LoadedModel, ModelSource, as_loaded
+from quantdbg.pipeline.build import with_build
 from quantdbg.pipeline.config import PHASES, AutoConfig, Outcome
 from quantdbg.pipeline.context import AutoContext, Stage
 from quantdbg.pipeline.recipe import AutoRecipe
@@ -63,7 +64,9 @@ def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, targ
         config: Calibration, repairs, ranking, search, limits, progress and the resume file.
 
     Returns:
-        The result: metric values, repairs, ranking, plan, final model, recipe and verdict.
+        The result: metric values, repairs, ranking, plan (with the commands that build the final
+        model's engine, naming it ``MIXED.onnx`` until :meth:`AutoResult.located`), final model,
+        recipe and verdict.
 
     Raises:
         ConfigError: The target and metric disagree, a relative-loss target meets an infinite
@@ -84,6 +87,7 @@ def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, targ
         if task.needs_model:
             task = JournaledMetric(task, journal)
         result = _Flow(AutoContext(calib, evals, task, config, journal), target).run(fp)
+    result = with_build(result, model, calib_data, evals, config)
     logger.info("auto: %s", result.message)
     return replace(result, seconds=round(time.perf_counter() - start, 3))
 
