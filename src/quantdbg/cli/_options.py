@@ -135,7 +135,7 @@ def task_metric(args: argparse.Namespace) -> Any:
     if args.evaluate:
         return CommandMetric(args.evaluate, higher_is_better=not args.lower_is_better, deps=deps)
     if args.labels:
-        return Accuracy(_labels(args.eval, args.labels))
+        return Accuracy(_labels(args.eval, args.labels), origin=f"--labels {args.labels!r} of {args.eval!r}")
     return Top1Agreement() if args.metric == TOP1 else OutputMetric(args.metric)
 
 

@@ -46,8 +46,10 @@ from quantdbg.model.staging import check_model as check_model
 from quantdbg.model.staging import staged as staged
 from quantdbg.model.weights import WEIGHTED_OPS as WEIGHTED_OPS
 from quantdbg.model.weights import FoldedWeight as FoldedWeight
+from quantdbg.model.weights import check_weight as check_weight
 from quantdbg.model.weights import computed_constants as computed_constants
 from quantdbg.model.weights import constant_tensors as constant_tensors
+from quantdbg.model.weights import corrupt_values as corrupt_values
 from quantdbg.model.weights import fold_weights as fold_weights
 from quantdbg.model.weights import summarize_folded as summarize_folded
 
