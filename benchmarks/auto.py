@@ -49,7 +49,7 @@ from _nncf_peer import int8_layers  # noqa: E402
 from _zoo_tasks import ZOO, bench_task, ctc_exact, mrr, run_command, silero_auc, write_section  # noqa: E402
 
 import quantdbg  # noqa: E402
-from quantdbg.evaluation import Accuracy, OutputFunction  # noqa: E402
+from quantdbg.evaluation import OutputFunction  # noqa: E402
 from quantdbg.fallback import FallbackTarget  # noqa: E402
 from quantdbg.pipeline import AutoConfig  # noqa: E402
 
@@ -69,10 +69,12 @@ def task_metric(name: str, labels: np.ndarray | None) -> Any:
 
     Each also scores a leading part of the evaluation set (the output-space ranking scores the
     first samples only): MiniLM's pairs are interleaved (query, its paragraph, ...), the labels of
-    Silero's frames and of the text strips are cut to the rows scored.
+    Silero's frames, of the images and of the text strips are cut to the rows scored. (quantdbg's
+    own ``Accuracy`` cannot: it needs one label per prediction, so the ranking fails with it.)
     """
     if name in ("digits_cnn", "mobilenet_digits"):
-        return Accuracy(labels)
+        return OutputFunction(lambda out, ref: float((out["logits"].argmax(-1) == labels[:len(out["logits"])])
+                                                     .mean()), "accuracy")
     if name == "crnn_text":
         return OutputFunction(lambda out, ref: float(ctc_exact(out["logits"], labels[:len(out["logits"])])
                                                      .mean()), "exact match")
@@ -289,6 +291,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 def _row_cells(r: dict[str, Any]) -> str:
     n = r.get("nncf", {})
     form = r["form"] if r["max_rel_loss"] == MAX_REL_LOSS else f"{r['form']}, {r['max_rel_loss']:g} %"
+    if r["status"] != "ok":
+        return f"| {r['model']} | {form} | quantdbg {r['status']}: {r['error'][:200]} |"
     q_out = str(sum(not v for v in r.get("final_layers", {}).values()))
     if len(r["excluded"]) != int(q_out) or r["n_layers"] != len(r.get("final_layers", {})):
         q_out += f" [{len(r['excluded'])} of its {r['n_layers']}]"  # quantdbg's own layers count Adds too
@@ -332,7 +336,7 @@ def section(rows: list[dict[str, Any]], command: str, commit: str, notes: str) -
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row_cells(r) for r in rows]
     lines += ["", notes.strip(), "", "Layers kept out of INT8, per run (quantdbg; NNCF):", ""]
-    for r in rows:
+    for r in (r for r in rows if r["status"] == "ok"):
         n = r.get("nncf", {})
         kept = [rep["repair"] for rep in r["repairs"] if rep.get("kept")]
         target = "" if r["max_rel_loss"] == MAX_REL_LOSS else f" ({r['max_rel_loss']:g} %)"

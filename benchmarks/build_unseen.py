@@ -15,8 +15,8 @@
 
 Run with the builders' torch venv (../shared/models/setup_venv.sh), one model at a time:
 
-    /tmp/qdbg_venv/bin/python benchmarks/build_unseen.py mobilenet_digits   # ~2 min on 2 cores
-    /tmp/qdbg_venv/bin/python benchmarks/build_unseen.py crnn_text          # ~5 min on 2 cores
+    /tmp/qdbg_venv/bin/python benchmarks/build_unseen.py mobilenet_digits   # ~2.5 min on 2 busy cores
+    /tmp/qdbg_venv/bin/python benchmarks/build_unseen.py crnn_text          # ~26 min on 2 busy cores
 
 Outputs go to ``$QDBG_MODELS/<name>/`` (default /tmp/qdbg_models): model.onnx, calib.npz (key
 ``input``), eval.npz (``input`` and ``label``; crnn_text's labels are the strings' character
