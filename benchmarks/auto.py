@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import export_forms  # noqa: E402
-from _bench import git_commit, run_child  # noqa: E402
+from _bench import REPO, run_child  # noqa: E402
 from _nncf_peer import int8_layers  # noqa: E402
 from _zoo_tasks import ZOO, bench_task, ctc_exact, mrr, run_command, silero_auc, write_section  # noqa: E402
 
@@ -250,6 +250,13 @@ def nncf_summary(found: dict[str, Any]) -> dict[str, Any]:
             "wall_s": found["wall_s"], "calls": calls}
 
 
+def library_commit() -> str:
+    """The last commit that changed the library (src/): what a row measured, whatever the harness."""
+    done = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", "src"],
+                          capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
 def _measured(child: Any) -> dict[str, Any]:
     return {"status": child.status, "error": child.error, "peak_rss_mib": child.peak_rss_mib,
             "cpu_s": child.cpu_s, "process_s": child.wall_s, "load1": round(child.load_before, 2)}
@@ -264,8 +271,8 @@ def run(name: str, form: str, work: Path, max_rel_loss: float = MAX_REL_LOSS) ->
     logs = work / "logs"
     ours = run_child(Path(sys.executable), [str(HERE / "auto.py"), "--child", name, *args],
                      logs / f"{name}_{form}_q.log", MEM_GIB, TIMEOUT_S)
-    row = {"model": name, "form": form, "max_rel_loss": max_rel_loss, "commit": git_commit(), **ours.result,
-           **_measured(ours)}
+    row = {"model": name, "form": form, "max_rel_loss": max_rel_loss, "commit": library_commit(),
+           **ours.result, **_measured(ours)}
     row.pop("ok", None)
     if Path(NNCF_PYTHON).is_file():
         peer = run_child(Path(NNCF_PYTHON), [str(HERE / "_nncf_peer.py"), name, *args],
@@ -284,6 +291,10 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
+def _secs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} s"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return "n/a" if not a or not b else f"{a / b:.2f}"
 
@@ -294,8 +305,8 @@ def _row_cells(r: dict[str, Any]) -> str:
     if r["status"] != "ok":
         return f"| {r['model']} | {form} | quantdbg {r['status']}: {r['error'][:200]} |"
     q_out = str(sum(not v for v in r.get("final_layers", {}).values()))
-    if len(r["excluded"]) != int(q_out) or r["n_layers"] != len(r.get("final_layers", {})):
-        q_out += f" [{len(r['excluded'])} of its {r['n_layers']}]"  # quantdbg's own layers count Adds too
+    if len(r["excluded"]) != int(q_out):  # quantdbg's own layers count quantized Adds too
+        q_out += f" [{len(r['excluded'])} of its {r['n_layers']}]"
     ok = n.get("status") == "ok"
     n_out = f"{len(n['excluded'])} ({n['reverted_ops']} ops)" if ok else n.get("status", "n/a")
     n_evals = (f"{n['full_validations']} + {n['rank_validations']} rank + {n['item_validations']} item"
@@ -308,7 +319,7 @@ def _row_cells(r: dict[str, Any]) -> str:
             f"{_fmt(r['int8'])} / {_fmt(n.get('int8'))} | {_fmt(r['final'])} / {_fmt(n.get('final'))} | "
             f"{q_out} / {n_out} of {len(r.get('final_layers', {}))} | "
             f"{r['n_evaluations']} ({q_evals}) / {n_evals} | "
-            f"{wall:.0f} / {n.get('wall_s', 0):.0f} s ({_ratio(wall, n.get('wall_s'))}) | "
+            f"{wall:.0f} / {_secs(n.get('wall_s'))} ({_ratio(wall, n.get('wall_s'))}) | "
             f"{r['peak_rss_mib']:.0f} / {n.get('peak_rss_mib', 0):.0f} MiB | {split} % | {r['load1']:.1f} |")
 
 
@@ -318,7 +329,8 @@ def section(rows: list[dict[str, Any]], command: str, commit: str, notes: str) -
 
     m = machine()
     lines = ["## The automatic flow on real export forms (`quantdbg auto`), beside NNCF", "",
-             f"Command: `{command}` (commit {commit}). Machine: {m['cpu']}, {m['cores']} cores, "
+             f"Command: `{command}` (library: commit {commit}, the last to change src/). Machine: "
+             f"{m['cpu']}, {m['cores']} cores, "
              f"{m['mem_gib']} GiB, shared with other jobs (load average per row).", "",
              "Each cell is *quantdbg / NNCF 3.4* (`nncf.quantize_with_accuracy_control`, ONNX backend, "
              "benchmarks/_nncf_peer.py), measured one after the other in one invocation on the same file. "
