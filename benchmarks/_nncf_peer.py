@@ -12,7 +12,9 @@ thread, the runtime quantdbg evaluates with) on exactly the items it is given an
 metric of those items and, when the metric is a mean over items, each item's value (else None, and
 NNCF scores items one at a time itself). The target is NNCF's relative drop (``DropType.RELATIVE``,
 ``max_drop`` = the same fraction as quantdbg's target); everything else is NNCF's default, except
-``model_type=TRANSFORMER`` for the transformer, as NNCF's documentation asks.
+``model_type=TRANSFORMER`` for the transformer, as NNCF's documentation asks, and the ranking
+subset held at NNCF's default 300 items (NNCF ties it to ``subset_size``, set here to every
+calibration sample).
 
 Recorded: every call of the validation function (items, metric, seconds, and who called it: the
 mode probe, the FP32/INT8 baselines, the ranking, the per-item collection, the revert loop), NNCF's
