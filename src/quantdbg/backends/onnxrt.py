@@ -37,7 +37,12 @@ class OrtConfig(Serializable):
         intra_op_num_threads: Threads inside one op (0: ONNX Runtime's default, all cores).
         inter_op_num_threads: Threads across ops (0: default).
         graph_optimization_level: ``"disable"`` runs the graph exactly as written; higher
-            levels fuse and constant-fold float ops (faster, same Q/DQ arithmetic).
+            levels fuse and constant-fold float ops (faster, same Q/DQ arithmetic). ``"all"`` adds
+            the NCHWc convolution layout (about 1.8x faster on a small CNN), whose channel block
+            is the CPU's vector width (8 on AVX2, 16 on AVX-512): float sums, and the INT8
+            roundings that sit on a boundary, then differ in the last bit between machines (a
+            logits SQNR by about 0.01 dB). Use ``"extended"`` when runs on different CPUs must
+            agree more closely.
         log_severity_level: ONNX Runtime's log level (0 verbose ... 4 fatal).
         fuse_qdq: Let ONNX Runtime replace DQ -> op -> Q patterns with its own integer kernels
             (QLinearMatMul, MatMulIntegerToFloat, ...). Off by default: those kernels have their

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg._fingerprint import array_digest
+from quantdbg._fingerprint import array_digest, digest, file_digest
 from quantdbg.errors import BackendError, ConfigError, DataError
 from quantdbg.evaluation.metrics import HIGHER_IS_BETTER, MetricName, check_metric_name
 from quantdbg.model import save_model
@@ -100,6 +100,11 @@ class TaskMetric:
         parts = [f"{type(self).__module__}.{type(self).__qualname__}", self.describe()]
         parts += [f"{key}={_identity_of(getattr(self, key, None))}" for key in self.identity_attrs]
         return "|".join(parts)
+
+    def ingredients(self) -> dict[str, str]:
+        """What decides this metric's scores, as named digests a resume journal compares one by one:
+        its :meth:`identity` (and, for a command, the contents of every file it reads)."""
+        return {"metric": digest(self.identity())}
 
 
 _EVAL_PREFIX = "quantdbg-eval-"
@@ -207,37 +212,57 @@ class Accuracy(TaskMetric):
 
     Args:
         labels: One integer label per position of the argmax (e.g. shape ``(N,)`` for ``(N, C)``
-            logits), in evaluation-data order.
+            logits), in evaluation-data order: class indices from 0.
         output: The logits output (None: the only output).
         axis: The class axis.
+        origin: Where the labels come from, for messages (e.g. ``"--labels 'label' of 'eval.npz'"``).
 
     Raises:
-        DataError: ``labels`` is not an integer array.
+        DataError: ``labels`` is not an integer array, or holds a negative label.
     """
 
     name = "accuracy"
 
     identity_attrs = ("labels", "output", "axis")
 
-    def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1) -> None:
+    def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1,
+                 origin: str | None = None) -> None:
         self.labels = np.asarray(labels)
         if not np.issubdtype(self.labels.dtype, np.integer):
             raise DataError(f"Accuracy labels must be integers, got dtype {self.labels.dtype}.")
         self.output = output
         self.axis = axis
+        self.origin = origin
+        self._check_labels(None)
 
     def from_outputs(self, outputs: Outputs, reference: Outputs) -> float:
         """Returns the accuracy in [0, 1].
 
         Raises:
-            DataError: The number of predictions differs from the number of labels.
+            DataError: The number of predictions differs from the number of labels, or a label is
+                no class of the output.
         """
         name = _select(reference, self.output, self.name)
         pred = _argmax_rows(outputs[name], self.axis)
         if pred.shape != self.labels.shape:
             raise DataError(f"Accuracy: output {name!r} gives predictions of shape {pred.shape} but the "
                             f"labels have shape {self.labels.shape}; give one label per sample, in order.")
+        self._check_labels((np.shape(outputs[name])[self.axis], name))
         return float((pred == self.labels).mean())
+
+    def _check_labels(self, classes: tuple[int, str] | None) -> None:
+        """Refuses a label below 0 or (``classes``: the count and the output) not below the class count."""
+        bad = self.labels < 0 if classes is None else (self.labels < 0) | (self.labels >= classes[0])
+        if not bad.any():
+            return
+        position = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f"sample {position[0]}" if len(position) == 1 else f"position {position}"
+        valid = "from 0" if classes is None else \
+            f"0 to {classes[0] - 1} (output {classes[1]!r} has {classes[0]})"
+        of = f" ({self.origin})" if self.origin else ""
+        raise DataError(f"Accuracy labels{of}: {where} has label {int(self.labels[position])}, but labels "
+                        f"are class indices {valid}; {int(bad.sum())} label(s) are out of range. Fix the "
+                        "labels, or pick the array that holds them.")
 
 
 class OutputFunction(TaskMetric):
@@ -302,16 +327,19 @@ class CommandMetric(TaskMetric):
         higher_is_better: Direction of the metric.
         timeout: Seconds before the command is killed (None: no limit).
         cwd: Working directory of the command (None: the current one).
+        deps: Files the command reads that it does not name (a module its script imports, a
+            config), relative to ``cwd``: like the files it names, they are inputs, and a resumed
+            run checks that their contents did not change.
 
     Raises:
-        ConfigError: The command is empty, cannot be split, lacks ``{model}``, or names a program
-            path that is a folder or not executable.
+        ConfigError: The command is empty, cannot be split, lacks ``{model}``, names a program
+            path that is a folder or not executable, or a dependency is not an existing file.
     """
 
     needs_model = True
 
     def __init__(self, command: str, higher_is_better: bool = True, timeout: float | None = None,
-                 cwd: str | os.PathLike | None = None) -> None:
+                 cwd: str | os.PathLike | None = None, deps: Sequence[str | os.PathLike] = ()) -> None:
         try:
             argv = shlex.split(command)
         except ValueError as err:
@@ -328,6 +356,7 @@ class CommandMetric(TaskMetric):
         self.timeout = timeout
         self.cwd = cwd
         self.name = os.path.basename(argv[0]) if len(argv) == 1 else "command"
+        self.deps = tuple(_check_dep(dep, cwd) for dep in deps)
 
     def identity(self) -> str:
         """The direction, the argument vector and the absolute working directory it runs in."""
@@ -337,11 +366,12 @@ class CommandMetric(TaskMetric):
 
     def files(self) -> tuple[Path, ...]:
         """The existing files the command names (the program given as a path, its script, its data,
-        an ``--opt=FILE`` value), resolved against its working directory, in order, each once.
+        an ``--opt=FILE`` value), then its ``deps``, resolved against its working directory, in
+        order, each once.
 
         They are inputs of every run: never written by a command, and part of a resume identity.
         """
-        base = Path(self.cwd if self.cwd is not None else os.getcwd())
+        base = self._base()
         found: dict[Path, None] = {}
         for arg in self.argv:
             if MODEL_PLACEHOLDER in arg:
@@ -350,7 +380,22 @@ class CommandMetric(TaskMetric):
                 path = base / candidate if candidate else None
                 if path is not None and path.is_file():
                     found[path.resolve()] = None
+        for dep in self.deps:
+            found[(base / dep).resolve()] = None
         return tuple(found)
+
+    def ingredients(self) -> dict[str, str]:
+        """The identity, and the contents of every file of :meth:`files` (each its own ingredient,
+        named by its path, so a refused resume says which file changed)."""
+        found = super().ingredients()
+        base = self._base()
+        for path in self.files():
+            shown = os.path.relpath(path, base) if path.is_relative_to(base) else str(path)
+            found[f"evaluation command's file {shown!r}"] = file_digest(path)
+        return found
+
+    def _base(self) -> Path:
+        return Path(self.cwd if self.cwd is not None else os.getcwd()).resolve()
 
     def from_model(self, path: Path) -> float:
         """Runs the command on ``path`` and parses its last printed line.
@@ -388,6 +433,16 @@ def _check_program(program: str, cwd: str | os.PathLike | None, command: str) ->
         raise ConfigError(f"Evaluation command {command!r}: {program!r} is not an executable file; make "
                           f"it executable (chmod +x) or run it through its interpreter, e.g. "
                           f"'python {program} {{model}}'.")
+
+
+def _check_dep(dep: str | os.PathLike, cwd: str | os.PathLike | None) -> Path:
+    """An evaluation dependency, refused up front unless it is an existing file."""
+    path = Path(cwd or ".") / dep
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "not an existing file"
+        raise ConfigError(f"Evaluation dependency {os.fspath(dep)!r} is {what}; name each file the "
+                          "evaluation command reads (--evaluate-deps FILE ...).")
+    return Path(dep)
 
 
 def run_in_own_group(argv: Sequence[str], timeout: float | None,
