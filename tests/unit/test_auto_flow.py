@@ -65,7 +65,23 @@ def test_the_calibrator_repair_keeps_every_layer_in_int8(clipped):
     assert x_pair.scale[0] == pytest.approx(float(np.abs(calib["x"]).max()) / 127, rel=1e-6)
     assert result.model.excluded == () and all(_dq_fed(result.model.model).values())
     assert dict(result.evaluations) == {"reference": 1, "int8": 1, "calibrator": 1}
-    assert result.report is not None and sorted(result.report.ranking) == ["fc1", "fc2"]
+    assert result.report is None  # the repair read the evidence alone: no layer was ranked
+
+
+def test_the_calibrator_repair_scores_no_layer_ranking(clipped):
+    """The repair reads the calibrator evidence alone; ranking the layers is left to the fallback."""
+    model, calib, evals, _ = clipped
+    scored: list[int] = []
+
+    def relative(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+        scored.append(len(reference["y"]))
+        return ma.relative_accuracy(outputs, reference)
+
+    result = quantdbg.auto(model, calib, evals, FallbackTarget.min_metric(0.9),
+                           metric=OutputFunction(relative, "relative accuracy"), config=CONFIG)
+    assert result.outcome == "repaired" and result.int8_value < 0.9 <= result.repaired_value
+    assert scored == [len(evals["x"])] * 3  # FP32, default INT8, repaired: no variant on the first samples
+    assert dict(result.evaluations) == {"reference": 1, "int8": 1, "calibrator": 1}
 
 
 def test_the_recipe_reapplied_to_a_reexport_gives_byte_identical_scales(clipped, tmp_path):

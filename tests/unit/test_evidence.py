@@ -8,12 +8,22 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
+from quantdbg._journal import Journal
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.calibration import Collector, TensorStats, calibrator_amaxes
 from quantdbg.config import TensorKind
 from quantdbg.model import load_model, name_nodes
 from quantdbg.qdq import QdqRecord
-from quantdbg.sensitivity import LayerEvidence, SensitivityConfig, VariantEvaluator
+from quantdbg.sensitivity import (
+    EvidenceReport,
+    JournaledEvaluator,
+    LayerEvidence,
+    SensitivityConfig,
+    VariantEvaluator,
+    analyze_evidence,
+    analyze_variants,
+    suggest_calibrators,
+)
 from quantdbg.sensitivity.evidence import (
     calibrator_variants,
     collect_evidence,
@@ -131,3 +141,21 @@ def test_evidence_runs_on_the_configured_number_of_batches(mlp):
     assert evaluator.n_passes == 2  # the statistics (no calibration kept) and the local graph
     for layer, evidence in found.items():
         assert evidence.recorded_sqnr is not None and evidence.best_calibrator is not None, layer
+
+
+def test_the_evidence_alone_is_the_full_analysis_evidence_and_journaled_once(mlp):
+    model, feeds, qmodel = mlp
+    factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
+    journal = Journal(None, "auto", {})
+    with JournaledEvaluator(model, qmodel, feeds, "sqnr", factory, journal=journal) as evaluator:
+        alone = analyze_evidence(evaluator)
+        passes = evaluator.n_passes
+        assert analyze_evidence(evaluator) == alone and evaluator.n_passes == passes  # from the journal
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=factory) as evaluator:
+        full = analyze_variants(evaluator, SensitivityConfig())
+    assert [entry.node for entry in alone.layers] == list(qmodel.layers)
+    by_node = {layer.node: layer for layer in full.layers}
+    for entry in alone.layers:
+        assert entry.evidence == by_node[entry.node].evidence and entry.inputs == by_node[entry.node].inputs
+    assert suggest_calibrators(alone) == suggest_calibrators(full)
+    assert EvidenceReport.from_dict(alone.to_dict()) == alone

@@ -35,8 +35,10 @@ from quantdbg.pipeline.records import ChannelRange, SmoothingStep
 from quantdbg.placement import QdqPlan, plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
 from quantdbg.sensitivity import (
+    EvidenceReport,
     JournaledEvaluator,
     SensitivityReport,
+    analyze_evidence,
     analyze_variants,
     default_runner_factory,
     model_key,
@@ -145,6 +147,13 @@ class AutoContext:
         with self.in_phase("rank"), self.evaluator(stage) as evaluator:
             self.last_report = analyze_variants(evaluator, sensitivity)
         return self.last_report
+
+    def evidence(self, stage: Stage) -> EvidenceReport:
+        """Every layer's evidence of ``stage`` alone (a stored pass; no ranking, no task-metric evaluation):
+        what the calibrator choice reads; the ranking is left to the fallback's :meth:`analysis`."""
+        sensitivity = replace(self.config.fallback.sensitivity, progress=self.config.progress)
+        with self.evaluator(stage) as evaluator:
+            return analyze_evidence(evaluator, sensitivity)
 
     def channel_absmax(self, fp: LoadedModel, tensors: tuple[str, ...]) -> tuple[ChannelRange, ...]:
         """Per-channel max|x| of ``tensors`` on the calibration data (a stored pass)."""

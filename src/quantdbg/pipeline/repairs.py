@@ -5,9 +5,10 @@ A pass looks at a :class:`~quantdbg.pipeline.context.Stage` and proposes a repai
 when the task metric improves.
 
 * :class:`CalibratorRepair`: per activation tensor, the registered calibrator whose range gives
-  the layers reading it the best local output SQNR (the sensitivity evidence,
-  :func:`quantdbg.sensitivity.suggest_calibrators`); the ranges are re-derived from the stored
-  statistics (:func:`quantdbg.calibration.recalibrate`), with no pass over the data.
+  the layers reading it the best local output SQNR (the sensitivity evidence alone,
+  :func:`quantdbg.sensitivity.analyze_evidence` and :func:`quantdbg.sensitivity.suggest_calibrators`:
+  no ranking, which the fallback computes on the model it searches); the ranges are re-derived
+  from the stored statistics (:func:`quantdbg.calibration.recalibrate`), with no pass over the data.
 * :class:`SmoothQuantRepair`: SmoothQuant (:func:`quantdbg.calibration.apply_smoothing`) on the
   MatMul/Gemm nodes whose activation carries outlier channels (one pass measures the per-channel
   ranges, one calibrates the smoothed model).
@@ -51,7 +52,7 @@ from quantdbg.pipeline.config import (
 )
 from quantdbg.pipeline.context import AutoContext, Stage
 from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
-from quantdbg.sensitivity import SensitivityReport, suggest_calibrators
+from quantdbg.sensitivity import EvidenceReport, suggest_calibrators
 
 
 @dataclass(frozen=True)
@@ -138,12 +139,12 @@ class CalibratorRepair(_Settings[CalibratorRepairConfig]):
 
         Args:
             stage: The model to repair (its calibration holds histograms for every tensor).
-            context: Runs the sensitivity analysis behind the evidence (a stored pass).
+            context: Collects the evidence (a stored pass: the calibrator comparison alone, no ranking).
 
         Returns:
             The proposal; no stage when every tensor already has its best calibrator.
         """
-        report = context.analysis(stage)
+        report = context.evidence(stage)
         suggested = suggest_calibrators(report, only_changes=False)
         # suggest_calibrators names each tensor by its exact-match glob
         best = {t: suggested[glob.escape(t)] for t in stage.plan.activation_tensors
@@ -163,7 +164,7 @@ class CalibratorRepair(_Settings[CalibratorRepairConfig]):
                         f"calibrator ({shown}{more})", choices)
 
 
-def _worst_sqnr(report: SensitivityReport) -> Callable[[str, str], float | None]:
+def _worst_sqnr(report: EvidenceReport) -> Callable[[str, str], float | None]:
     """(tensor, calibrator) -> the worst local output SQNR of the layers reading the tensor with it."""
     found: dict[tuple[str, str], float] = {}
     for layer in report.layers:
@@ -177,7 +178,7 @@ def _worst_sqnr(report: SensitivityReport) -> Callable[[str, str], float | None]
     return lambda tensor, name: found.get((tensor, name))
 
 
-def _choices(report: SensitivityReport, before: Stage, after: Stage,
+def _choices(report: EvidenceReport, before: Stage, after: Stage,
              best: Mapping[str, str]) -> tuple[TensorChoice, ...]:
     sqnr = _worst_sqnr(report)
     found = []

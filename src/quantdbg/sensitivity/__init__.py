@@ -9,6 +9,7 @@ outputs; ``ranks`` fuses that ranking with the mode's and measures their agreeme
 ``suggest`` turns a report's evidence into per-tensor calibrator choices.
 """
 from quantdbg._exports import public_names as _public_names
+from quantdbg.sensitivity.analyze import analyze_evidence as analyze_evidence
 from quantdbg.sensitivity.analyze import analyze_sensitivity as analyze_sensitivity
 from quantdbg.sensitivity.analyze import analyze_variants as analyze_variants
 from quantdbg.sensitivity.analyze import finished_report as finished_report
@@ -34,6 +35,8 @@ from quantdbg.sensitivity.ranks import RankAgreement as RankAgreement
 from quantdbg.sensitivity.ranks import fuse_rankings as fuse_rankings
 from quantdbg.sensitivity.ranks import rank_agreement as rank_agreement
 from quantdbg.sensitivity.ranks import rank_correlation as rank_correlation
+from quantdbg.sensitivity.report import EvidenceReport as EvidenceReport
+from quantdbg.sensitivity.report import LayerEvidenceEntry as LayerEvidenceEntry
 from quantdbg.sensitivity.report import LayerSensitivity as LayerSensitivity
 from quantdbg.sensitivity.report import QuantizedInput as QuantizedInput
 from quantdbg.sensitivity.report import SensitivityReport as SensitivityReport
