@@ -74,6 +74,7 @@ class Journal:
         self._chain = _header_chain(kind, self.ingredients)
         self._size: int | None = None  # bytes of the file that hold whole entries (None: no file yet)
         self._created = False
+        self._values: dict[str, Any] = {}  # without a file: what stored() computed, as it is
 
     @classmethod
     def open(cls, path: str | os.PathLike | None, kind: str, ingredients: Mapping[str, str]) -> Journal:
@@ -121,7 +122,7 @@ class Journal:
     def __reduce__(self) -> tuple[Any, ...]:
         """Travels to a worker process as an in-memory copy: only the run's own process appends."""
         copy = (None, self.kind, self.ingredients)
-        return _in_memory, (copy, self.entries, self.phase)
+        return _in_memory, (copy, self.entries, self.phase, self._values)
 
     def get(self, key: str) -> Any:
         """The value recorded under ``key`` (None when there is none)."""
@@ -154,10 +155,15 @@ class Journal:
             encode: The value -> JSON-ready data.
             decode: JSON-ready data and where it comes from (for messages) -> the value.
         """
+        if key in self._values:
+            return self._values[key]  # type: ignore[no-any-return]
         if key in self.entries:
             return decode(self.entries[key], f"{self.where} entry {key!r}")
         value = compute()
-        self.record(key, encode(value))
+        if self.path is None:
+            self._values[key] = value  # nothing is written: its JSON form would only cost time
+        else:
+            self.record(key, encode(value))
         return value
 
     @property
@@ -208,9 +214,9 @@ class Journal:
         self._size = (self._size or 0) + len(data)
 
 
-def _in_memory(args: tuple[Any, ...], entries: dict[str, Any], phase: str) -> Journal:
+def _in_memory(args: tuple[Any, ...], entries: dict[str, Any], phase: str, values: dict[str, Any]) -> Journal:
     journal = Journal(*args)
-    journal.entries, journal.phase = dict(entries), phase
+    journal.entries, journal.phase, journal._values = dict(entries), phase, dict(values)
     return journal
 
 
