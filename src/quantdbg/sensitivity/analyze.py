@@ -132,8 +132,9 @@ def analyze_variants(evaluator: VariantEvaluator, config: SensitivityConfig) -> 
 
 
 def analyze_evidence(evaluator: VariantEvaluator, config: SensitivityConfig = _DEFAULT) -> EvidenceReport:
-    """Only every layer's evidence (:func:`~quantdbg.sensitivity.evidence.collect_evidence`): no mode
-    measurement, no output-space ranking, no task-metric evaluation.
+    """Only each calibrator's local SQNR per layer and the activations' outlier ratios
+    (:func:`~quantdbg.sensitivity.evidence.collect_evidence` with ``calibrators_only``): no weight
+    evidence, no mode measurement, no output-space ranking, no task-metric evaluation.
 
     What :func:`~quantdbg.sensitivity.suggest_calibrators` reads, at the cost of one short pass of the
     calibrator comparison over ``config.evidence_batches`` batches. Through a
@@ -141,7 +142,7 @@ def analyze_evidence(evaluator: VariantEvaluator, config: SensitivityConfig = _D
     under its own key (the Q/DQ model and ``evidence_batches``).
     """
     def collect() -> EvidenceReport:
-        found = collect_evidence(evaluator, config)
+        found = collect_evidence(evaluator, config, calibrators_only=True)
         return EvidenceReport(tuple(LayerEvidenceEntry(layer, quantized_inputs(evaluator.qmodel, layer),
                                                        found[layer]) for layer in evaluator.layers))
 
