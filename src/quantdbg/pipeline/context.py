@@ -6,6 +6,7 @@ journal, so a resumed run repeats none of them.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from quantdbg.calibration import (
 )
 from quantdbg.config import CalibConfig
 from quantdbg.data import CalibrationData
-from quantdbg.evaluation import TaskMetric
+from quantdbg.evaluation import OutputMetric, TaskMetric, concat_batches
 from quantdbg.model import LoadedModel
 from quantdbg.pipeline.config import AutoConfig, Phase
 from quantdbg.pipeline.records import ChannelRange, SmoothingStep
@@ -154,6 +155,22 @@ class AutoContext:
         sensitivity = replace(self.config.fallback.sensitivity, progress=self.config.progress)
         with self.evaluator(stage) as evaluator:
             return analyze_evidence(evaluator, sensitivity)
+
+    def output_sqnr(self, stage: Stage, samples: int) -> float:
+        """The SQNR (dB) of ``stage``'s Q/DQ model's outputs against its FP32 model's, pooled over every
+        output, on the fewest first batches of the evaluation data holding ``samples`` samples (two
+        short passes, no task-metric evaluation; the value is kept in the journal)."""
+        def measure() -> float:
+            with self.evaluator(stage) as evaluator:
+                batches = evaluator.batches_holding(samples)
+                reference = concat_batches(evaluator.head_reference(batches))
+            with self.runner_factory(stage.qmodel.model) as runner:
+                outputs = [runner.infer(feed) for feed in itertools.islice(self.evals, batches)]
+            return OutputMetric("sqnr").from_outputs(concat_batches(outputs), reference)
+
+        key = f"output_sqnr:{model_key(stage.qmodel.model)}:{model_key(stage.fp.proto)}:{samples}"
+        return self.journal.stored(key, measure, _json.encode,
+                                   lambda data, where: _json.decode(float, data, where))  # type: ignore[no-any-return]
 
     def channel_absmax(self, fp: LoadedModel, tensors: tuple[str, ...]) -> tuple[ChannelRange, ...]:
         """Per-channel max|x| of ``tensors`` on the calibration data (a stored pass)."""
