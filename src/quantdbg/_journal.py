@@ -58,7 +58,8 @@ class Journal:
         ingredients: Ingredient name -> digest of everything that decides the run's result.
 
     Attributes:
-        entries: Key -> JSON-ready value, the last one recorded under each key.
+        entries: Key -> JSON-ready value, the last one recorded under each key (without a file, the
+            values :meth:`stored` computed are kept as they are, not here).
         phase: What the evaluations made now are counted under (the flow's phase).
         used: Evaluation key -> the phase that made it, for every evaluation this run used
             (those read from the file included).
@@ -129,7 +130,7 @@ class Journal:
         return self.entries.get(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self.entries
+        return key in self.entries or key in self._values
 
     def record(self, key: str, value: Any) -> None:
         """Appends ``key`` -> JSON-ready ``value`` (a later entry of a key replaces the earlier one).
