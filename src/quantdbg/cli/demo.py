@@ -107,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(result.summary_text())
     sys.stdout.write(
-        f"report: {result.files['report.html']}\n(also report.md, report.json, the default INT8 and "
-        f"final models, plan.json for `quantdbg apply`, and the files it and the build commands read, "
-        f"in {folder}; {result.seconds:.1f} s)\n"
+        f"report: {result.files['report.html']}\n(also report.md, report.json, the INT8 and final models, "
+        f"plan.json with the build commands, and the files they read, in {folder}; {result.seconds:.1f} s)\n"
     )
     return 0
