@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -162,7 +162,8 @@ def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
 def _write_exported(staged: Mapping[str, Path], emb: EmbeddedModel) -> None:
     """Writes the files of :func:`export_demo` at their ``staged`` paths."""
     write_bytes_atomic(staged["model.onnx"], emb.model_path.read_bytes())
-    arrays: dict[str, dict[str, np.ndarray]] = {"calib.npz": emb.calib,
+    # Any: NumPy's stubs check savez's arrays against its keyword allow_pickle (a bool).
+    arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
                                          "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
     for name, content in arrays.items():
         with atomic_file(staged[name]) as tmp, open(tmp, "wb") as stream:
