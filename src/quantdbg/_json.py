@@ -465,13 +465,16 @@ rendering, re-encoding) safe."""
 def parse(text: str | bytes, source: str) -> Any:
     """``json.loads`` whose failures are FormatErrors naming ``source``: bad syntax or encoding,
     nesting deeper than :data:`MAX_DEPTH`, numbers too long to convert."""
+    too_deep = FormatError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels; no quantdbg document is, "
+                           "so this file was not written by quantdbg.")
     try:
         data = json.loads(text)
-    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+    except RecursionError:  # deeper than the interpreter's recursion limit: the same refusal
+        raise too_deep from None
+    except ValueError as err:  # UnicodeDecodeError is a ValueError
         raise FormatError(f"{source}: not valid JSON ({type(err).__name__}: {err}).") from None
     if _depth_exceeds(data, MAX_DEPTH):
-        raise FormatError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels; no quantdbg document "
-                          "is, so this file was not written by quantdbg.")
+        raise too_deep
     return data
 
 
