@@ -171,6 +171,8 @@ class FallbackPlan(_display.Displayable, Serializable):
             commands, as JSON-ready dicts), else None.
         footprint: The model's weight bytes and the process's peak RSS when the result was made
             (None in files written before it was recorded).
+        metric: The name of the metric the values are (``"sqnr"``: output SQNR in dB; None in files
+            written before it was recorded, and for searches with a bare ``evaluate``).
     """
 
     status: PlanStatus
@@ -186,6 +188,7 @@ class FallbackPlan(_display.Displayable, Serializable):
     message: str = ""
     build: Mapping[str, Any] | None = None
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
+    metric: str | None = field(default=None, metadata=_json.optional())
 
     @property
     def n_evaluations(self) -> int:

@@ -271,7 +271,7 @@ def write_scales_json(source: ScaleSource, path: str | os.PathLike) -> Path:
 
 
 def read_scales_json(path: str | os.PathLike) -> CalibrationScales:
-    """Reads a JSON scales file written by :func:`write_scales_json` (or untagged, as quantdbg 0.1.0 wrote it).
+    """Reads a JSON scales file written by :func:`write_scales_json` (or by quantdbg 0.1.0, untagged).
 
     Raises:
         FormatError: The file is missing, not JSON, or not a scales file; an entry lacks a finite
