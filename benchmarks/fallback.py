@@ -43,6 +43,7 @@ from quantdbg.sensitivity import (  # noqa: E402
     SensitivityReport,
     VariantEvaluator,
     analyze_sensitivity,
+    finished_report,
     suggest_calibrators,
 )
 
@@ -76,10 +77,9 @@ def builder_eval(name: str, model: Path) -> dict:
 def ranking(key: str, mode: str, fp_model, task, qmodel, work: Path) -> SensitivityReport:
     """A ranking: reused from the sensitivity benchmark's work folder when it finished there."""
     for candidate in (work / f"{key}_{mode}.json", work / f"{key}_{mode}_evidence.json"):
-        if candidate.exists():
-            data = json.loads(candidate.read_text())
-            if data.get("format") == "quantdbg.sensitivity/1":
-                return SensitivityReport.from_dict(data)
+        found = finished_report(candidate)
+        if found is not None:
+            return found
     metric = targets(task.name, task.labels)[0][1] if mode in ("isolated", "leave-one-out") else "sqnr"
     config = SensitivityConfig(mode=mode, evidence=mode == "local",
                                results_path=work / f"{key}_{mode}_evidence.json")

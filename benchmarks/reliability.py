@@ -245,13 +245,13 @@ def _fuzz(name: str, doc: Any, read: Callable[[Path], Any], n: int, work: Path) 
 
 
 def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
+    from quantdbg._journal import Journal
     from quantdbg.diagnostics import DoctorReport
     from quantdbg.fallback import FallbackPlan
     from quantdbg.model import load_model
     from quantdbg.qdq.cache import parse_trt_cache, read_scales_json
     from quantdbg.report import load_result
     from quantdbg.sensitivity import SensitivityReport
-    from quantdbg.sensitivity.resume import ResultsFile
 
     _cli(work, "calibrate m.onnx --data calib.npz --method minmax --out q2.onnx --cache c.cache "
          "--scales s.json")
@@ -259,14 +259,20 @@ def run_fuzz(work: Path, n: int) -> list[tuple[str, ...]]:
     _cli(work, "doctor m.onnx --data calib.npz --checks weight_zeroing --json d.json")
     docs = {n_: json.loads((work / f).read_text()) for n_, f in
             (("sensitivity", "r.json"), ("plan", "p.json"), ("doctor", "d.json"), ("scales", "s.json"))}
-    progress = {"format": "quantdbg.sensitivity-progress/1", "fingerprint": "a=1", "mode": "isolated",
-                "done": {"conv": {"comparison": None, "value": 0.5}}}
+    run = {"models": "a", "mode": "isolated"}
+    journal = Journal.open(work / "journal.partial", "analyze", run)
+    journal.record("evaluation:sweep:isolated:conv", {"comparison": None, "value": 0.5})
+    journal.record("report", docs["sensitivity"])
+
+    def read_journal(text: str) -> Any:
+        (work / "fuzz.partial").write_text(text)
+        return Journal.open(work / "fuzz.partial", "analyze", run)
     rows = [
         _fuzz("SensitivityReport.read", docs["sensitivity"], SensitivityReport.read, n, work),
         _fuzz("FallbackPlan.read", docs["plan"], FallbackPlan.read, n, work),
         _fuzz("DoctorReport.read", docs["doctor"], DoctorReport.read, n, work),
         _fuzz("load_result (doctor)", docs["doctor"], load_result, n, work),
-        _fuzz("sweep progress (resume)", progress, lambda p: ResultsFile.open(p, "a=1", "isolated"), n, work),
+        _fuzz_text("journal (resume)", (work / "journal.partial").read_text(), read_journal, n),
         _fuzz("read_scales_json", docs["scales"], read_scales_json, n, work),
     ]
     cache = (work / "c.cache").read_text()

@@ -41,6 +41,7 @@ from quantdbg.sensitivity import (  # noqa: E402
     SensitivityReport,
     VariantEvaluator,
     analyze_sensitivity,
+    finished_report,
 )
 
 MODELS = ("digits_cnn", "minilm_l6_v2_text", "silero_vad_16k")
@@ -86,7 +87,7 @@ def run_mode(task: ZooTask, qmodel: QuantizedModel, mode: str, work: Path,
     """
     metric = SETTINGS[task.name][2] if mode in ("isolated", "leave-one-out") else "sqnr"
     path = work / f"{task.name}_{mode}{'_evidence' if evidence else ''}.json"
-    resumed = path.exists() and json.loads(path.read_text()).get("format") != "quantdbg.sensitivity/1"
+    resumed = path.exists() and finished_report(path) is None
     config = SensitivityConfig(mode=mode, evidence=evidence, results_path=path)
     report = analyze_sensitivity(task.model, qmodel, task.eval, config, metric=metric,
                                  runner_factory=ONE_THREAD)

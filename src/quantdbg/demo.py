@@ -14,11 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from quantdbg.errors import ConfigError, DataError, ModelError
+
+if TYPE_CHECKING:
+    from quantdbg.backends.tensorrt import TrtConfig
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -188,7 +191,8 @@ class DemoResult:
         culprits: Most sensitive layers (isolated ranking), with their isolated output SQNR (dB).
         excluded: Layers the fallback plan keeps out of INT8.
         bundle: Every result, ready for :mod:`quantdbg.report`.
-        files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan), by name.
+        files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan, and the
+            files of :func:`export_demo` its build commands read), by name.
         seconds: Wall time.
         n_calib_samples: Calibration samples.
         n_eval_samples: Evaluation samples.
@@ -227,14 +231,18 @@ def _top1(model: Any, inputs: Mapping[str, np.ndarray], labels: np.ndarray,
 
 
 def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = DEMO_MIN_SQNR_DB,
-             threads: int = 0, progress: bool = False) -> DemoResult:
+             threads: int = 0, progress: bool = False, engine: TrtConfig | None = None) -> DemoResult:
     """Calibrates, analyzes, falls back and reports on the embedded digits CNN.
 
     Args:
-        out_dir: Existing folder for the report and models (None: nothing is written).
+        out_dir: Existing folder for the report and models, and the files of :func:`export_demo`
+            (the FP32 model and calibration data ModelOpt's command reads; None: nothing is written).
         min_sqnr_db: Fallback target: logits SQNR against FP32 in dB.
         threads: ONNX Runtime intra-op threads (0: all cores).
         progress: Show progress bars.
+        engine: The build commands' TensorRT profile and settings
+            (:class:`~quantdbg.backends.tensorrt.TrtConfig`; None: batch 1 to 32, the rule of every
+            command).
 
     Returns:
         The scores, culprits, layers kept out of INT8, the report bundle and the files written.
@@ -243,6 +251,7 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
         ConfigError: ``out_dir`` does not exist.
     """
     from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.data import DEFAULT_BATCH_SIZE
     from quantdbg.diagnostics import DoctorConfig, diagnose
     from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
     from quantdbg.qdq import quantize
@@ -263,11 +272,15 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
                       progress=progress)
     n_layers = len(qmodel.layers)
     scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.excluded), threads)
-    if folder is not None:  # the plan's build commands name the mixed model written beside it
+    exported: dict[str, Path] = {}
+    if folder is not None:  # the build commands name the files written beside the plan
         mixed.save(folder / MIXED_FILE)
-        plan = plan.with_build(folder / MIXED_FILE, source=emb.model_path)
+        exported = export_demo(folder)
+        plan = plan.with_build(folder / MIXED_FILE, emb.eval_inputs, config=engine,
+                               batch_size=DEFAULT_BATCH_SIZE, source=exported["model.onnx"],
+                               calibration_data=exported["calib.npz"])
     bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
-    files = _write(folder, bundle, qmodel, mixed, plan)
+    files = {**exported, **_write(folder, bundle, qmodel, mixed, plan)}
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
     return DemoResult(scores, n_layers, culprits, tuple(mixed.excluded), bundle, files,
                       round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))

@@ -10,6 +10,7 @@ import models_smoothing as msm
 import numpy as np
 import pytest
 
+from quantdbg._journal import Journal
 from quantdbg.calibration import SmoothingConfig, calibrate, get_calibrator
 from quantdbg.config import CalibConfig, TensorKind
 from quantdbg.data import ArrayData
@@ -20,7 +21,6 @@ from quantdbg.pipeline import (
     AutoConfig,
     AutoContext,
     CalibratorRepair,
-    Journal,
     SmoothQuantRepair,
     SmoothQuantRepairConfig,
     with_per_tensor,
@@ -32,7 +32,7 @@ ONE_THREAD = AutoConfig(threads=1)
 
 def _context(calib: dict, evals: dict, config: AutoConfig = ONE_THREAD) -> AutoContext:
     metric = OutputMetric("sqnr")
-    return AutoContext(ArrayData(calib), ArrayData(evals), metric, config, Journal(None, "test"))
+    return AutoContext(ArrayData(calib), ArrayData(evals), metric, config, Journal(None, "auto", {}))
 
 
 def test_the_context_keeps_a_histogram_for_every_tensor_in_at_most_two_passes(rng):

@@ -42,8 +42,8 @@ def _option(command: str, flag: str):
 def test_subcommands_in_help_order():
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(commands.choices) == ["calibrate", "analyze", "fallback", "auto", "lint", "report", "doctor",
-                                      "demo"]
+    assert list(commands.choices) == ["calibrate", "analyze", "fallback", "auto", "apply", "lint", "report",
+                                      "doctor", "demo"]
 
 
 def test_choices_are_the_library_vocabularies():

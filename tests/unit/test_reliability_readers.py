@@ -14,19 +14,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from quantdbg._journal import Journal
 from quantdbg.backends.tensorrt.inspector import parse_engine_info
 from quantdbg.config import CalibConfig
 from quantdbg.diagnostics import DoctorConfig, DoctorReport, diagnose
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback import FallbackPlan, FallbackTarget, auto_fallback
-from quantdbg.pipeline.journal import Journal
 from quantdbg.qdq import quantize
 from quantdbg.qdq.cache import read_scales_json, write_scales_json
 from quantdbg.report import load_result
 from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
 from quantdbg.sensitivity.evaluator import VariantResult
-from quantdbg.sensitivity.resume import ResultsFile, SweepProgress
 
+JOURNAL_RUN = {"models": "a", "data": "b", "metric": "c", "mode": "isolated"}
 SCALARS = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8)
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
@@ -50,12 +50,13 @@ def documents(tmp_path_factory):
                       config=DoctorConfig(CalibConfig("minmax"),
                                           checks=("sensitive_layers", "weight_zeroing")))
     write_scales_json(quantize(model, feeds, CalibConfig("minmax")), folder / "scales.json")
-    progress = SweepProgress("models=a;data=b;metric=c;mode=isolated", "isolated",
-                             {"fc0": VariantResult(None, 0.5), "fc1": VariantResult(None, float("inf"))})
-    journal = Journal(folder / "auto.json", "fp")
-    journal.evaluation("a", lambda: VariantResult(None, 1.5))
+    journal = Journal.open(folder / "journal", "analyze", JOURNAL_RUN)
+    journal.record("evaluation:sweep:isolated:fc0", VariantResult(None, 0.5).to_dict())
+    journal.record("evaluation:sweep:isolated:fc1", VariantResult(None, float("inf")).to_dict())
+    journal.record("report", report.to_dict())
+    lines = [json.loads(line) for line in (folder / "journal").read_text().splitlines()]
     docs = {"sensitivity": report.to_dict(), "plan": plan.to_dict(), "doctor": doctor.to_dict(),
-            "progress": progress.to_dict(), "auto-progress": json.loads((folder / "auto.json").read_text()),
+            "journal": lines,
             "scales": json.loads((folder / "scales.json").read_text()),
             "inspector": {"Layers": [{"Name": "conv", "LayerType": "Convolution", "Inputs": [
                 {"Name": "x", "Format/Datatype": "Int8"}], "Outputs": [{"Name": "y", "DataType": "Half",
@@ -74,8 +75,8 @@ def _paths(value, prefix=()):
 
 
 @st.composite
-def mutated(draw, doc):
-    """``doc`` with one to three mutations, as the text a reader sees."""
+def mutated(draw, doc, lines=False):
+    """``doc`` with one to three mutations, as the text a reader sees (``lines``: a list as JSON lines)."""
     doc = json.loads(json.dumps(doc))
     for _ in range(draw(st.integers(1, 3))):
         paths = list(_paths(doc))
@@ -94,7 +95,10 @@ def mutated(draw, doc):
             parent[path[-1]] = type(old)() if isinstance(old, (list, dict)) else None
         else:
             parent[path[-1]] = draw(JSON)
-    text = json.dumps(doc)
+    if lines and isinstance(doc, list):
+        text = "".join(json.dumps(item) + "\n" for item in doc)
+    else:
+        text = json.dumps(doc)
     return text[:draw(st.integers(0, len(text)))] if draw(st.integers(0, 9)) == 0 else text
 
 
@@ -102,7 +106,7 @@ def _fuzz(documents, kind, read, tmp_path_factory):
     folder = tmp_path_factory.mktemp("fuzz")
 
     @FUZZ
-    @given(mutated(documents[kind]))
+    @given(mutated(documents[kind], lines=kind == "journal"))
     def run(text):
         path = Path(folder) / "f.json"
         path.write_text(text)
@@ -119,9 +123,7 @@ READERS = {
     "plan": ("plan", FallbackPlan.read),
     "doctor": ("doctor", DoctorReport.read),
     "load_result": ("doctor", load_result),
-    "sweep progress": ("progress", lambda p: ResultsFile.open(p, "models=a;data=b;metric=c;mode=isolated",
-                                                              "isolated")),
-    "auto progress": ("auto-progress", lambda p: Journal.open(p, "fp")),
+    "journal": ("journal", lambda p: Journal.open(p, "analyze", JOURNAL_RUN)),
     "scales": ("scales", read_scales_json),
     "inspector": ("inspector", lambda p: parse_engine_info(p.read_text())),
 }
@@ -136,20 +138,22 @@ def test_a_mutated_file_raises_only_the_librarys_errors(documents, tmp_path_fact
 def test_the_genuine_documents_read_back(documents, tmp_path):
     for reader, (kind, read) in READERS.items():
         path = tmp_path / f"{reader}.json"
-        path.write_text(json.dumps(documents[kind]))
+        doc = documents[kind]
+        lines = kind == "journal"
+        path.write_text("".join(json.dumps(x) + "\n" for x in doc) if lines else json.dumps(doc))
         assert read(path) is not None, reader
 
 
 @pytest.mark.parametrize(("text", "pattern"), [
     ('{"format": "quantdbg.sensitivity/1"}', r"^'.*r\.json': not a valid quantdbg\.sensitivity/1 document: "
                                                r"field 'mode' is missing\."),
-    ("1", r"holds int, not a progress file or report"),
+    ("1", r"^Resume file '.*r\.json' is not a quantdbg journal"),
 ])
 def test_the_issue_examples_name_file_and_field(tmp_path, text, pattern):
     path = tmp_path / "r.json"
     path.write_text(text)
     reader = SensitivityReport.read if "format" in text else (
-        lambda p: ResultsFile.open(p, "x=1", "isolated"))
+        lambda p: Journal.open(p, "analyze", JOURNAL_RUN))
     with pytest.raises(FormatError, match=pattern):
         reader(path)
 

@@ -46,8 +46,8 @@ def test_a_command_with_other_arguments_does_not_resume_another_commands_sweep(f
                  "--evaluate", SCORE.replace("{model}", "{model} B"), "--out", str(tmp_path / "r.json")])
     assert code == 2
     assert capsys.readouterr().err == (
-        f"quantdbg analyze: error: Results file {str(partial)!r} belongs to another analysis: the metric "
-        "differs; delete it to start afresh, or choose another results path.\n")
+        f"quantdbg analyze: error: Resume file {str(partial)!r} belongs to another run: the metric "
+        "changed; pass --restart to start over (or delete the file).\n")
     assert partial.read_bytes() == left and _sha(folder) == inputs
     assert not (tmp_path / "r.json").exists()
 
@@ -65,11 +65,11 @@ def test_accuracy_with_other_labels_does_not_resume(folder, tmp_path):
     again = analyze_sensitivity(str(folder / "m.onnx"), _qdq(folder), feeds, config,
                                 metric=Accuracy(data["label"].copy()))  # same labels: resumed
     assert again == first
-    with pytest.raises(ConfigError, match=r"belongs to another analysis: the metric differs; delete it to "
-                                          r"start afresh"):
+    with pytest.raises(ConfigError, match=r"belongs to another run: the metric changed; pass --restart to "
+                                          r"start over"):
         analyze_sensitivity(str(folder / "m.onnx"), _qdq(folder), feeds, config,
                             metric=Accuracy(data["other"]))
-    with pytest.raises(ConfigError, match=r"belongs to another analysis: the data differs;"):
+    with pytest.raises(ConfigError, match=r"belongs to another run: the data changed;"):
         analyze_sensitivity(str(folder / "m.onnx"), _qdq(folder), [{"x": data["x"][::-1].copy()}], config,
                             metric=Accuracy(data["label"]))
 

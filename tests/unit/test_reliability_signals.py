@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import quantdbg.evaluation.task as task
+from quantdbg._journal import Journal
 from quantdbg.cli import main
 from quantdbg.errors import BackendError, ConfigError
 from quantdbg.evaluation import CommandMetric
-from quantdbg.sensitivity import SweepProgress
 
 # Prints a fixed score and counts its calls; the call numbered by the file `hang` (if present)
 # records its pid and hangs, standing in for a long evaluation.
@@ -86,7 +86,7 @@ def test_a_signal_stops_the_run_in_one_line_and_the_next_run_resumes(job, signum
                    "resume where it stopped.\n")
     assert _gone(child)
     assert list((folder / "tmp").iterdir()) == []  # no quantdbg-eval-* folder left
-    done = SweepProgress.read(folder / "r.json.partial").done
+    done = Journal.read(folder / "r.json.partial").entries
     assert len(done) >= 1
     (folder / "calls").write_text("")
     rerun = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from quantdbg._journal import Journal
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision, TensorKind
 from quantdbg.errors import ConfigError, FormatError, ModelError
@@ -21,10 +22,10 @@ from quantdbg.sensitivity import (
     MODES,
     SensitivityConfig,
     SensitivityReport,
-    SweepProgress,
     VariantEvaluator,
     VariantResult,
     analyze_sensitivity,
+    finished_report,
     suggest_calibrators,
 )
 from quantdbg.sensitivity import graphs as _analysis
@@ -170,7 +171,7 @@ def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         _analyze(model, qmodel, feeds, mode="isolated", metric=_Counting(fail_after=2),
                             runner_factory=ONE_THREAD, results_path=path, evidence=False)
-    assert len(json.loads(path.read_text())["done"]) == 2
+    assert len(Journal.read(path).entries) == 2  # the baseline and one layer, nothing else
     resumed_metric = _Counting()
     resumed = _analyze(model, qmodel, feeds, mode="isolated", metric=resumed_metric,
                                   runner_factory=ONE_THREAD, results_path=path, evidence=False)
@@ -180,13 +181,13 @@ def test_interrupted_sweep_resumes_from_its_results_file(planted, tmp_path):
                                  evidence=False)
     assert resumed.ranking == fresh.ranking
     assert [x.value for x in resumed.layers] == pytest.approx([x.value for x in fresh.layers])
-    assert SensitivityReport.read(path) == resumed  # the finished file is the report
+    assert finished_report(path) == resumed  # the finished journal holds the report
     with_evidence = _analyze(model, qmodel, feeds, mode="isolated", metric=_Counting(),
                                         runner_factory=ONE_THREAD, results_path=path)
     assert with_evidence.ranking == resumed.ranking  # evidence added to the finished sweep, not redone
-    assert all(layer.evidence is not None for layer in SensitivityReport.read(path).layers)
-    with pytest.raises(ConfigError, match=r"belongs to another analysis: the mode differs; delete it to "
-                                          r"start afresh, or choose another results path\.$"):
+    assert all(layer.evidence is not None for layer in finished_report(path).layers)
+    with pytest.raises(ConfigError, match=r"belongs to another run: the mode changed; pass --restart to "
+                                          r"start over \(or delete the file\)\.$"):
         _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(),
                             runner_factory=ONE_THREAD, results_path=path, evidence=False)
 
@@ -278,27 +279,27 @@ def test_onnxruntime_qdq_model_with_folded_relus(tmp_path, rng):
     assert min(layer.value for layer in report.layers) >= report.baseline.total.sqnr_db - 0.5
 
 
-def test_progress_file_is_a_versioned_document_rewritten_after_every_variant(planted, tmp_path):
+def test_the_journal_gets_one_line_per_variant_and_refuses_a_changed_one(planted, tmp_path):
     model, feeds, qmodel = planted["mlp4"]
     path = tmp_path / "sweep.json"
     with pytest.raises(KeyboardInterrupt):
         _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(fail_after=3),
                  results_path=path, evidence=False)
-    data = json.loads(path.read_text())
-    assert data["format"] == "quantdbg.sensitivity-progress/1" and data["mode"] == "leave-one-out"
-    progress = SweepProgress.from_dict(data)
-    assert list(progress.done) == ["__all_quantized__", "fc0", "fc1"]  # baseline first, then graph order
-    assert all(isinstance(r, VariantResult) and r.comparison is not None for r in progress.done.values())
-    data["done"]["fc0"]["value"] = "x"
-    path.write_text(json.dumps(data))
-    with pytest.raises(FormatError, match=r"^Cannot resume the sweep: '.*sweep\.json': not a valid "
-                                          r"quantdbg\.sensitivity-progress/1 document: field "
-                                          r"'done\.fc0\.value': expected a number.* Or delete the file, "
-                                          r"or choose another results path\.$"):
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["format"] == "quantdbg.journal/1" and lines[0]["kind"] == "analyze"
+    assert [line["key"] for line in lines[1:]] == [f"evaluation:sweep:leave-one-out:{name}" for name in
+                                                   ("__all_quantized__", "fc0", "fc1")]  # baseline first
+    results = [VariantResult.from_dict(line["value"]) for line in lines[1:]]
+    assert all(r.comparison is not None for r in results)
+    lines[2]["value"]["value"] = 0.0  # a score changed by hand
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(ConfigError, match=r"^Resume file '.*sweep\.json' was changed after quantdbg wrote it "
+                                          r"\(line 3 does not match its checksum\), so its results cannot be "
+                                          r"trusted; pass --restart to start over \(or delete the file\)\.$"):
         _analyze(model, qmodel, feeds, mode="leave-one-out", metric=_Counting(), results_path=path,
                  evidence=False)
     path.write_text("{not json")
-    with pytest.raises(FormatError, match=r"^Cannot resume the sweep: '.*sweep\.json': not valid JSON"):
+    with pytest.raises(FormatError, match=r"^Resume file '.*sweep\.json' is not a quantdbg journal"):
         _analyze(model, qmodel, feeds, mode="leave-one-out", results_path=path)
 
 

@@ -22,7 +22,7 @@ from quantdbg.cli._signals import message as stopped_message
 from quantdbg.errors import QuantDbgError
 
 # Modules of this package that define subcommands, in the order `--help` lists them.
-_COMMAND_MODULES = ("calibrate", "analyze", "fallback", "auto", "lint", "report", "doctor", "demo")
+_COMMAND_MODULES = ("calibrate", "analyze", "fallback", "auto", "apply", "lint", "report", "doctor", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

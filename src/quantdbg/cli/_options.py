@@ -129,8 +129,11 @@ def task_metric(args: argparse.Namespace) -> Any:
         raise ConfigError("--lower-is-better describes the --evaluate command's metric; add --evaluate CMD.")
     if args.evaluate and args.labels:
         raise ConfigError("--evaluate and --labels both define the task metric; give only one.")
+    deps = getattr(args, "evaluate_deps", None) or ()
+    if deps and not args.evaluate:
+        raise ConfigError("--evaluate-deps names files the --evaluate command reads; add --evaluate CMD.")
     if args.evaluate:
-        return CommandMetric(args.evaluate, higher_is_better=not args.lower_is_better)
+        return CommandMetric(args.evaluate, higher_is_better=not args.lower_is_better, deps=deps)
     if args.labels:
         return Accuracy(_labels(args.eval, args.labels))
     return Top1Agreement() if args.metric == TOP1 else OutputMetric(args.metric)

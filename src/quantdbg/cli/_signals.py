@@ -2,7 +2,8 @@
 
 While a command runs, both signals raise :class:`Stopped` in the main thread, so ``finally`` blocks
 and context managers run: the evaluation command's process group is killed, temporary folders are
-removed, and a progress file written so far stays for the next run to resume from.
+removed, and the journal of a command that resumes (``analyze``, ``fallback``, ``auto``) stays for the
+next run to resume from.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+
+from quantdbg.cli._resume import RESUMING
 
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
@@ -50,6 +53,9 @@ def stop_on_signals() -> Iterator[None]:
 
 
 def message(stop: Stopped, command: str) -> str:
-    """The one line printed for a stopped command."""
+    """The one line printed for a stopped command: a command that keeps a journal resumes, the others
+    start over."""
     name = signal.Signals(stop.signum).name
-    return f"quantdbg {command}: stopped by {name}; rerun the same command to resume where it stopped.\n"
+    if command in RESUMING:
+        return f"quantdbg {command}: stopped by {name}; rerun the same command to resume where it stopped.\n"
+    return f"quantdbg {command}: stopped by {name}; rerun the command to start over (it does not resume).\n"

@@ -2,7 +2,8 @@
 
 MODEL is an FP32 model (quantized here from ``--data`` with ``--method``) or a Q/DQ model made
 elsewhere, whose FP32 original is given with ``--fp32``. ``--evaluate 'CMD {model}'`` makes a
-command's last printed line the task metric.
+command's last printed line the task metric. A stopped sweep resumes from ``RESULT.json.partial``
+(``--restart`` starts over).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from quantdbg.cli import add_command
 from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
 
@@ -31,6 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     analyze.add_argument("--jobs", type=int, default=1, help="Processes for isolated / leave-one-out.")
     analyze.add_argument("--no-evidence", action="store_true", help="Skip the weight/activation evidence.")
     add_out_option(analyze, metavar="RESULT.json", help="Where the report goes.")
+    add_resume_options(analyze, "RESULT.json.partial")
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -46,7 +49,8 @@ def run_analyze(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
     metric, fp_model, qmodel, data = load_inputs(args, check=_check_metric_mode)
-    partial = Path(f"{args.out}.partial")  # an interrupted sweep resumes from here
+    partial = Path(f"{args.out}.partial")  # the journal an interrupted sweep resumes from
+    restart(args, partial)
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
                                progress=show_progress(args), results_path=partial, executor=executor(args))
     report = analyze_sensitivity(fp_model, qmodel, data, config, metric=metric)

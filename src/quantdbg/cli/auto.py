@@ -4,20 +4,21 @@ layers to keep out of INT8, verify, report.
 Writes the final model (``--out``), the result with its re-appliable recipe (``--plan``, a
 ``quantdbg.auto/1`` document) and optionally the HTML report. Exit status 0 when the target is
 met, 1 when it is not (the files hold the best model found and the verdict says why), 2 on bad
-input. A run stopped early resumes from ``--resume`` (default ``PLAN.json.partial``), which holds
-the finished passes and every evaluation made.
+input. A run stopped early resumes from ``--resume`` (default ``PLAN.json.partial``), the journal
+of the finished passes and every evaluation made; ``--restart`` starts over.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from quantdbg._io import commit_together
+from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli import add_command
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     READY_METRICS,
     add_data_option,
@@ -32,6 +33,7 @@ from quantdbg.cli._options import (
     task_metric,
 )
 from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
@@ -86,8 +88,10 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     auto.add_argument("--max-fallback", type=float, default=25.0, metavar="PCT",
                       help="Most layers kept out of INT8, in %% of the quantized layers (default 25).")
     auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
-    auto.add_argument("--resume", metavar="FILE", help="Progress file to resume from and write (default "
+    auto.add_argument("--resume", metavar="FILE", help="Journal to resume from and write (default "
                       "PLAN.json.partial, deleted once the run is done).")
+    add_resume_options(auto, "--resume")
+    add_profile_option(auto)
     add_quant_options(auto)
     add_execution_options(auto)
 
@@ -99,7 +103,7 @@ def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
     return FallbackTarget.min_metric(args.min_metric, lower_is_better=lower)
 
 
-def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
+def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) -> AutoConfig:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     if not 0.0 < args.max_fallback <= 100.0:
@@ -111,7 +115,7 @@ def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
     calib = on_executor(CalibConfig(method=args.method), args, run)
     return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback,
                       max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
-                      progress=show_progress(args), resume_path=resume)
+                      progress=show_progress(args), resume_path=resume, engine=engine)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,25 +131,18 @@ def run(args: argparse.Namespace) -> int:
                                   "--resume": args.resume or f"{args.plan}.partial"})
     metric = task_metric(args)
     resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
-    config = _config(args, resume)
     model = as_loaded(args.model)
+    config = _config(args, resume, profile_config(args.profile, input_specs(model.proto), args.batch_size))
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
-    existed = resume.exists()
-    try:
-        result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
-                          config=config)
-    except ConfigError:
-        # Settings that must change leave nothing to resume; other failures (a command that crashed,
-        # an interrupt) keep the progress for the rerun.
-        if args.resume is None and not existed and resume.exists():
-            os.unlink(resume)
-        raise
-    assert result.model is not None  # a run always ends with a model
+    restart(args, resume)
+    result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
+                  config=config)
+    final = result.model
+    assert final is not None  # a run always ends with a model
+    # The build commands name the model where it is saved, and the files ModelOpt's command reads.
+    result = result.located(args.out, source=args.model, calibration_data=args.data)
     with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
-        result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
-        if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
-            result = replace(result, plan=result.plan.with_build(
-                args.out, source=args.model, calibration_data=args.data, staged=staged["out"]))
+        final.save(staged["out"])  # the model, its plan and report appear together or not at all
         result.write(staged["plan"])
         if "html" in staged:
             write_report(result, html=staged["html"])
@@ -162,6 +159,5 @@ def _print(result: AutoResult) -> None:
     out.write(f"evaluations: {phases} ({result.n_evaluations} in all)\n")
     for node in result.exclude:
         out.write(f"  {node}\n")
-    if result.plan is not None and result.plan.build is not None:
-        for what, command in result.plan.commands.lines():
-            out.write(f"{what}:\n  {command}\n")
+    if result.plan is not None:
+        print_commands(result.plan.commands)

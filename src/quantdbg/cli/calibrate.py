@@ -25,10 +25,6 @@ from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache
 
-# TensorRT's name for a pure max calibration, written in the cache header; every other calibration
-# keeps the cache writer's default header.
-_MINMAX_HEADER = "MinMaxCalibration"
-
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``calibrate`` subcommand to ``sub``."""
@@ -77,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                       progress=show_progress(args))
     with commit_together(outputs) as staged:
         qmodel.save(staged["out"])  # the model, its cache and scales appear together or not at all
-        _write_scales(qmodel, calib, staged.get("cache"), staged.get("scales"))
+        _write_scales(qmodel, staged.get("cache"), staged.get("scales"))
     written = [str(p) for p in outputs.values()]
     result = qmodel.calibration
     assert result is not None  # quantize() always attaches its calibration
@@ -147,17 +143,14 @@ def _pairs(option: str, form: str, entries: Sequence[str]) -> dict[str, str]:
     return pairs
 
 
-def _write_scales(qmodel: Any, calib: Any, cache: Path | None, scales: Path | None) -> list[str]:
-    """Writes the TensorRT calibration cache and the JSON scales file when asked for."""
+def _write_scales(qmodel: Any, cache: Path | None, scales: Path | None) -> list[str]:
+    """Writes the TensorRT calibration cache (its header names the calibration) and the JSON scales
+    file when asked for."""
     if cache is None and scales is None:
         return []
     written = []
     if cache is not None:
-        specs = (calib.method, *calib.per_op.values(), *calib.per_tensor.values())
-        if {calibrator_name(spec) for spec in specs} == {"minmax"}:
-            write_trt_cache(qmodel, cache, algorithm=_MINMAX_HEADER)
-        else:
-            write_trt_cache(qmodel, cache)
+        write_trt_cache(qmodel, cache)
         written.append(str(cache))
     if scales is not None:
         write_scales_json(qmodel, scales)

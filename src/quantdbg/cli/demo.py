@@ -8,11 +8,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import onnx
+
 from quantdbg.cli import add_command
+from quantdbg.cli._build import add_profile_option, profile_config
 from quantdbg.cli._options import show_progress
 from quantdbg.cli._paths import check_folder
-from quantdbg.demo import DEMO_MIN_SQNR_DB, export_demo, run_demo
+from quantdbg.data import DEFAULT_BATCH_SIZE
+from quantdbg.demo import DEMO_MIN_SQNR_DB, export_demo, load_embedded, run_demo
 from quantdbg.errors import ConfigError
+from quantdbg.model import input_specs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="ONNX Runtime threads (default 0: all cores)."
     )
+    add_profile_option(parser)
 
 
 def _folder(out: str | None) -> Path:
@@ -82,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(f"wrote {', '.join(str(path) for path in written.values())}\n")
         return 0
     check_folder("--out", args.out)
+    emb = load_embedded()
+    engine = profile_config(args.profile, input_specs(onnx.load(str(emb.model_path))), DEFAULT_BATCH_SIZE)
     folder = _folder(args.out)
-    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=show_progress(args))
+    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=show_progress(args),
+                      engine=engine)
     sys.stdout.write(
         f"quantdbg demo: digits CNN (scikit-learn UCI digits), {result.n_calib_samples} "
         f"calibration / {result.n_eval_samples} evaluation images\n"
@@ -91,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(result.summary_text())
     sys.stdout.write(
         f"report: {result.files['report.html']}\n(also report.md, report.json, the INT8 and "
-        f"mixed models and fallback_plan.json in {folder}; {result.seconds:.1f} s)\n"
+        f"mixed models, fallback_plan.json and the files its build commands read in {folder}; "
+        f"{result.seconds:.1f} s)\n"
     )
     return 0

@@ -1,22 +1,43 @@
 """``quantdbg fallback``: the fewest layers to keep out of INT8 so MODEL meets a target.
 
 Takes the model, data and metric options of ``quantdbg analyze``; writes the mixed-precision model
-and its fallback plan (JSON, with the trtexec / Polygraphy commands that build its engine).
+and its fallback plan (JSON, with the trtexec / Polygraphy commands that build its engine). A run
+stopped early resumes from ``PLAN.json.partial``, the journal of the ranking and every evaluation
+made (``--restart`` starts over).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from quantdbg._io import commit_together
+from quantdbg._journal import Journal
 from quantdbg.cli import add_command
-from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
+from quantdbg.cli._options import (
+    add_model_options,
+    add_out_option,
+    executor,
+    load_inputs,
+    quant_config,
+    show_progress,
+)
 from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
-from quantdbg.sensitivity import MODES, SensitivityConfig, SensitivityReport, VariantEvaluator
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback, fallback_ingredients
+from quantdbg.model import input_specs
+from quantdbg.sensitivity import (
+    MODES,
+    JournaledEvaluator,
+    SensitivityConfig,
+    SensitivityReport,
+    VariantEvaluator,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,6 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           help="Walk this analyze report instead of ranking.")
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
+    add_resume_options(fallback, "PLAN.json.partial")
+    add_profile_option(fallback)
 
 
 def _target(args: argparse.Namespace) -> FallbackTarget:
@@ -63,9 +86,11 @@ def run_fallback(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan})
+    partial = Path(f"{args.plan}.partial")  # the journal a stopped run resumes from
+    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "the resume file": partial})
     target = _target(args)
     metric, fp_model, qmodel, data = load_inputs(args)
+    engine = profile_config(args.profile, input_specs(fp_model.proto), args.batch_size)
     if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
         target = type(target)(target.kind, target.threshold, True, target.reference)
     report = SensitivityReport.read(args.report) if args.report else None
@@ -73,17 +98,27 @@ def run_fallback(args: argparse.Namespace) -> int:
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
                             precision=Precision(args.precision), max_evaluations=args.max_evaluations,
                             executor=run)
-    with VariantEvaluator(fp_model, qmodel, data, metric) as evaluator:
+    restart(args, partial)
+    plain = VariantEvaluator(fp_model, qmodel, data, metric)
+    ingredients = fallback_ingredients(plain, target, config, report)
+    with Journal.open(partial, "fallback", ingredients) as journal, \
+            JournaledEvaluator(fp_model, qmodel, data, metric, journal=journal) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
+    plan = result.plan
+    if qmodel.calibration is not None:  # quantized here: how, so `quantdbg apply` re-creates the model
+        plan = replace(plan, calib=qmodel.calibration.config, quant=quant_config(args))
     if result.mixed is None:
-        result.plan.write(args.plan)
-        sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
+        plan.write(args.plan)
+        partial.unlink(missing_ok=True)
+        sys.stderr.write(f"quantdbg fallback: error: {plan.message} Plan written to {args.plan}.\n")
         return 2
     with commit_together({"out": args.out, "plan": args.plan}) as staged:
         result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model,
-                                      calibration_data=args.data, staged=staged["out"])
+        plan = plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
+                               source=args.fp32 or args.model, calibration_data=args.data,
+                               graph=staged["out"])
         plan.write(staged["plan"])
+    partial.unlink(missing_ok=True)
     _print_plan(plan)
     if plan.status != "met":
         sys.stderr.write(f"quantdbg fallback: error: {plan.message}\n")
@@ -97,5 +132,4 @@ def _print_plan(plan: Any) -> None:
                      "+ 1 verification\n")
     for node in plan.exclude:
         sys.stdout.write(f"  {node}\n")
-    for what, command in plan.commands.lines():
-        sys.stdout.write(f"{what}:\n  {command}\n")
+    print_commands(plan.commands)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg._fingerprint import array_digest
+from quantdbg._fingerprint import array_digest, digest, file_digest
 from quantdbg.errors import BackendError, ConfigError, DataError
 from quantdbg.evaluation.metrics import HIGHER_IS_BETTER, MetricName, check_metric_name
 from quantdbg.model import save_model
@@ -100,6 +100,11 @@ class TaskMetric:
         parts = [f"{type(self).__module__}.{type(self).__qualname__}", self.describe()]
         parts += [f"{key}={_identity_of(getattr(self, key, None))}" for key in self.identity_attrs]
         return "|".join(parts)
+
+    def ingredients(self) -> dict[str, str]:
+        """What decides this metric's scores, as named digests a resume journal compares one by one:
+        its :meth:`identity` (and, for a command, the contents of every file it reads)."""
+        return {"metric": digest(self.identity())}
 
 
 _EVAL_PREFIX = "quantdbg-eval-"
@@ -302,16 +307,19 @@ class CommandMetric(TaskMetric):
         higher_is_better: Direction of the metric.
         timeout: Seconds before the command is killed (None: no limit).
         cwd: Working directory of the command (None: the current one).
+        deps: Files the command reads that it does not name (a module its script imports, a
+            config), relative to ``cwd``: like the files it names, they are inputs, and a resumed
+            run checks that their contents did not change.
 
     Raises:
-        ConfigError: The command is empty, cannot be split, lacks ``{model}``, or names a program
-            path that is a folder or not executable.
+        ConfigError: The command is empty, cannot be split, lacks ``{model}``, names a program
+            path that is a folder or not executable, or a dependency is not an existing file.
     """
 
     needs_model = True
 
     def __init__(self, command: str, higher_is_better: bool = True, timeout: float | None = None,
-                 cwd: str | os.PathLike | None = None) -> None:
+                 cwd: str | os.PathLike | None = None, deps: Sequence[str | os.PathLike] = ()) -> None:
         try:
             argv = shlex.split(command)
         except ValueError as err:
@@ -328,6 +336,7 @@ class CommandMetric(TaskMetric):
         self.timeout = timeout
         self.cwd = cwd
         self.name = os.path.basename(argv[0]) if len(argv) == 1 else "command"
+        self.deps = tuple(_check_dep(dep, cwd) for dep in deps)
 
     def identity(self) -> str:
         """The direction, the argument vector and the absolute working directory it runs in."""
@@ -337,11 +346,12 @@ class CommandMetric(TaskMetric):
 
     def files(self) -> tuple[Path, ...]:
         """The existing files the command names (the program given as a path, its script, its data,
-        an ``--opt=FILE`` value), resolved against its working directory, in order, each once.
+        an ``--opt=FILE`` value), then its ``deps``, resolved against its working directory, in
+        order, each once.
 
         They are inputs of every run: never written by a command, and part of a resume identity.
         """
-        base = Path(self.cwd if self.cwd is not None else os.getcwd())
+        base = self._base()
         found: dict[Path, None] = {}
         for arg in self.argv:
             if MODEL_PLACEHOLDER in arg:
@@ -350,7 +360,22 @@ class CommandMetric(TaskMetric):
                 path = base / candidate if candidate else None
                 if path is not None and path.is_file():
                     found[path.resolve()] = None
+        for dep in self.deps:
+            found[(base / dep).resolve()] = None
         return tuple(found)
+
+    def ingredients(self) -> dict[str, str]:
+        """The identity, and the contents of every file of :meth:`files` (each its own ingredient,
+        named by its path, so a refused resume says which file changed)."""
+        found = super().ingredients()
+        base = self._base()
+        for path in self.files():
+            shown = os.path.relpath(path, base) if path.is_relative_to(base) else str(path)
+            found[f"evaluation command's file {shown!r}"] = file_digest(path)
+        return found
+
+    def _base(self) -> Path:
+        return Path(self.cwd if self.cwd is not None else os.getcwd()).resolve()
 
     def from_model(self, path: Path) -> float:
         """Runs the command on ``path`` and parses its last printed line.
@@ -388,6 +413,16 @@ def _check_program(program: str, cwd: str | os.PathLike | None, command: str) ->
         raise ConfigError(f"Evaluation command {command!r}: {program!r} is not an executable file; make "
                           f"it executable (chmod +x) or run it through its interpreter, e.g. "
                           f"'python {program} {{model}}'.")
+
+
+def _check_dep(dep: str | os.PathLike, cwd: str | os.PathLike | None) -> Path:
+    """An evaluation dependency, refused up front unless it is an existing file."""
+    path = Path(cwd or ".") / dep
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "not an existing file"
+        raise ConfigError(f"Evaluation dependency {os.fspath(dep)!r} is {what}; name each file the "
+                          "evaluation command reads (--evaluate-deps FILE ...).")
+    return Path(dep)
 
 
 def run_in_own_group(argv: Sequence[str], timeout: float | None,

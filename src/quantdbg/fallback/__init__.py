@@ -9,6 +9,7 @@ mixed-precision model); ``auto`` chains ranking, search and verification on the 
 from quantdbg._exports import public_names as _public_names
 from quantdbg.fallback.auto import FallbackResult as FallbackResult
 from quantdbg.fallback.auto import auto_fallback as auto_fallback
+from quantdbg.fallback.auto import fallback_ingredients as fallback_ingredients
 from quantdbg.fallback.budget import GALLOP_SHARE as GALLOP_SHARE
 from quantdbg.fallback.budget import default_budget as default_budget
 from quantdbg.fallback.budget import gallop_sizes as gallop_sizes

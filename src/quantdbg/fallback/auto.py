@@ -6,6 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quantdbg import _display, _json
+from quantdbg._fingerprint import digest
+from quantdbg._journal import canonical
 from quantdbg._json import Serializable
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
@@ -17,7 +19,7 @@ from quantdbg.fallback.search import Score, search_fallback
 from quantdbg.fallback.target import FallbackTarget
 from quantdbg.model import footprint
 from quantdbg.qdq import QuantizedModel
-from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, analyze_sensitivity
+from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, analyze_variants
 
 
 @dataclass(frozen=True, repr=False)
@@ -57,7 +59,9 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     Search evaluations feed the evaluator's switchable graph (one session, excluded layers exactly
     FP32); the verification runs the mixed model written by :func:`quantdbg.qdq.remove_qdq` in
     ``config.precision``. Model-file metrics (commands) get the mixed model in
-    ``config.precision`` at every evaluation.
+    ``config.precision`` at every evaluation. Through a
+    :class:`~quantdbg.sensitivity.JournaledEvaluator` (see :func:`fallback_ingredients`), the
+    ranking and every evaluation are kept in its journal, so a stopped search resumes.
 
     Args:
         evaluator: The FP32 and fully quantized models, the evaluation data, the task metric and
@@ -77,8 +81,7 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     with ExitStack() as stack:
         scorer = _scorer(evaluator, target, stack)
         if report is None:
-            report = analyze_sensitivity(scorer.fp_model, scorer.qmodel, scorer.data, config.sensitivity,
-                                         metric=scorer.metric, runner_factory=scorer.runner_factory)
+            report = analyze_variants(scorer, config.sensitivity)
         elif set(report.ranking) != set(scorer.layers):
             raise ConfigError("The sensitivity report ranks other layers than the Q/DQ model holds; analyse "
                               "this model (or pass report=None).")
@@ -96,14 +99,28 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     return FallbackResult(plan, report, mixed)
 
 
+def fallback_ingredients(evaluator: VariantEvaluator, target: FallbackTarget,
+                         config: FallbackConfig = _DEFAULT,
+                         report: SensitivityReport | None = None) -> dict[str, str]:
+    """What decides the result of :func:`auto_fallback`, per ingredient, for the journal of a run that
+    resumes: the evaluator's models, data and metric, the target, the settings and the report walked.
+    """
+    sensitivity = replace(config.sensitivity, progress=False, results_path=None)
+    settings = replace(config, sensitivity=sensitivity).to_dict()
+    found = evaluator.ingredients(sensitivity.mode)
+    found.update(target=digest(canonical(target.to_dict())), settings=digest(canonical(settings)))
+    if report is not None:
+        found["report"] = digest(canonical(report.to_dict()))
+    return found
+
+
 def _scorer(evaluator: VariantEvaluator, target: FallbackTarget, stack: ExitStack) -> VariantEvaluator:
     """The evaluator the target reads: the output SQNR for an SQNR target, else the given one."""
     metric = evaluator.metric
     if target.kind == "sqnr":
         if isinstance(metric, OutputMetric) and metric.metric == "sqnr" and metric.output is None:
             return evaluator
-        return stack.enter_context(VariantEvaluator(evaluator.fp_model, evaluator.qmodel, evaluator.data,
-                                                    "sqnr", evaluator.runner_factory))
+        return stack.enter_context(evaluator.with_metric("sqnr"))
     if metric.higher_is_better == target.lower_is_better:
         direction = "lower" if metric.higher_is_better else "higher"
         raise ConfigError(f"The target says {direction} is better but metric {metric.name!r} is "
@@ -138,4 +155,4 @@ class _Verify:
         return self.scorer.run_model(mixed_model(self.scorer.qmodel, exclude, self.precision).model).value
 
 
-__all__ = ["FallbackResult", "auto_fallback"]
+__all__ = ["FallbackResult", "auto_fallback", "fallback_ingredients"]

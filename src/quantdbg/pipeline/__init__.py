@@ -2,7 +2,7 @@
 verify and report, in one call (``quantdbg.auto(...)``, ``quantdbg auto``).
 
 ``config`` (:class:`AutoConfig`, the repair vocabulary) -> ``records`` (what the repairs decided) ->
-``journal`` (finished passes and evaluations, the resume file) -> ``context`` (the data, metric and
+``context`` (the data, metric, the journal of finished passes and evaluations, and the
 models on the way) -> ``repairs`` (the INT8 repairs, each a pass with a frozen config and an
 ``apply``) -> ``recipe`` (the decisions as JSON, :func:`apply_recipe`) -> ``result``
 (:class:`AutoResult`) -> ``flow`` (:func:`auto`).
@@ -26,18 +26,10 @@ from quantdbg.pipeline.config import SmoothQuantRepairConfig as SmoothQuantRepai
 from quantdbg.pipeline.context import AutoContext as AutoContext
 from quantdbg.pipeline.context import Stage as Stage
 from quantdbg.pipeline.flow import auto as auto
-from quantdbg.pipeline.journal import AutoProgress as AutoProgress
-from quantdbg.pipeline.journal import EvaluationRecord as EvaluationRecord
-from quantdbg.pipeline.journal import Journal as Journal
-from quantdbg.pipeline.journal import JournaledEvaluator as JournaledEvaluator
-from quantdbg.pipeline.journal import JournaledMetric as JournaledMetric
-from quantdbg.pipeline.journal import JournaledScores as JournaledScores
-from quantdbg.pipeline.journal import analysis_metric as analysis_metric
-from quantdbg.pipeline.journal import fingerprint as fingerprint
-from quantdbg.pipeline.journal import model_key as model_key
 from quantdbg.pipeline.recipe import AutoRecipe as AutoRecipe
 from quantdbg.pipeline.recipe import apply_recipe as apply_recipe
 from quantdbg.pipeline.recipe import read_recipe as read_recipe
+from quantdbg.pipeline.recipe import recipe_of as recipe_of
 from quantdbg.pipeline.records import ChannelRange as ChannelRange
 from quantdbg.pipeline.records import RepairRecord as RepairRecord
 from quantdbg.pipeline.records import SmoothingStep as SmoothingStep

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
 
-from quantdbg._json import Serializable
+from quantdbg._json import Serializable, optional
+from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import SmoothingConfig
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, check_choice
@@ -101,9 +102,12 @@ class AutoConfig(Serializable):
         batch_size: Samples per feed for arrays and ``.npz`` files (None: 32).
         threads: ONNX Runtime intra-op threads (0: all cores).
         progress: Show progress bars (else log lines at DEBUG).
-        resume_path: JSON file holding the finished passes and every evaluation made; a run
-            stopped earlier resumes from it (it must belong to the same model, data, metric,
-            target and settings). None: nothing is written.
+        resume_path: The run's journal (:mod:`quantdbg._journal`), every finished pass and
+            evaluation appended as it is made; a run stopped earlier resumes from it (it must
+            belong to the same model, data, metric, evaluation files, target and settings).
+            None: nothing is written.
+        engine: The TensorRT profile and build settings of the result's build commands (None: a
+            dynamic batch from 1 to ``batch_size``, the rule of every command).
 
     Raises:
         ConfigError: An unknown or repeated repair, a share outside (0, 1], a batch size below 1
@@ -121,6 +125,7 @@ class AutoConfig(Serializable):
     threads: int = 0
     progress: bool = False
     resume_path: Path | None = None
+    engine: TrtConfig | None = field(default=None, metadata=optional())
 
     def __post_init__(self) -> None:
         if isinstance(self.repairs, str):
@@ -146,10 +151,11 @@ class AutoConfig(Serializable):
         return max(1, int(self.max_fallback_share * n_layers + 1e-9))
 
     def settings(self) -> AutoConfig:
-        """The settings that decide the result: progress and the resume file left out (for fingerprints)."""
+        """The settings that decide the result: progress, the journal and the build commands'
+        settings left out (for its ingredients)."""
         sensitivity = replace(self.fallback.sensitivity, progress=False, results_path=None)
         return replace(self, fallback=replace(self.fallback, sensitivity=sensitivity), progress=False,
-                       resume_path=None)
+                       resume_path=None, engine=None)
 
 
 __all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "CalibratorRepairConfig", "Outcome",

@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from quantdbg import _json
+from quantdbg._fingerprint import digest
+from quantdbg._journal import Journal
 from quantdbg.calibration import (
     CalibrationResult,
     CollectConfig,
@@ -25,11 +28,16 @@ from quantdbg.data import CalibrationData
 from quantdbg.evaluation import TaskMetric
 from quantdbg.model import LoadedModel
 from quantdbg.pipeline.config import AutoConfig, Phase
-from quantdbg.pipeline.journal import Journal, JournaledEvaluator, analysis_metric, digest, model_key
 from quantdbg.pipeline.records import ChannelRange, SmoothingStep
 from quantdbg.placement import QdqPlan, plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
-from quantdbg.sensitivity import SensitivityReport, analyze_sensitivity, default_runner_factory
+from quantdbg.sensitivity import (
+    JournaledEvaluator,
+    SensitivityReport,
+    analyze_variants,
+    default_runner_factory,
+    model_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +85,6 @@ class AutoContext:
         self.metric = metric
         self.config = config
         self.journal = journal
-        self.analysis_metric = analysis_metric(metric, journal)
         self.runner_factory = default_runner_factory(config.threads)
         self.last_report: SensitivityReport | None = None
 
@@ -99,7 +106,8 @@ class AutoContext:
         re-derived later); one pass, plus one for the histograms the chosen calibrators did not need."""
         setting = json.dumps(calib_config.to_dict(), sort_keys=True)
         key = f"calibration:{model_key(fp.proto)}:{digest(setting)}"
-        return self.journal.calibration(key, lambda: self._calibrate(fp, calib_config, plan))
+        return self.journal.stored(key, lambda: self._calibrate(fp, calib_config, plan), _json.encode,
+                                   CalibrationResult.from_dict)
 
     def _calibrate(self, fp: LoadedModel, calib_config: CalibConfig, plan: QdqPlan) -> CalibrationResult:
         found = calibrate(fp, self.calib, calib_config, plan, progress=self.config.progress)
@@ -113,15 +121,9 @@ class AutoContext:
 
     def analysis(self, stage: Stage) -> SensitivityReport:
         """The sensitivity of ``stage`` with its evidence (a stored pass), in phase ``rank``."""
-        sensitivity = replace(self.config.fallback.sensitivity, evidence=True, progress=self.config.progress,
-                              results_path=None)
-
-        def analyze() -> SensitivityReport:
-            return analyze_sensitivity(stage.fp, stage.qmodel, self.evals, sensitivity,
-                                       metric=self.analysis_metric, runner_factory=self.runner_factory)
-
-        with self.in_phase("rank"):
-            self.last_report = self.journal.analysis(f"analysis:{model_key(stage.qmodel.model)}", analyze)
+        sensitivity = replace(self.config.fallback.sensitivity, evidence=True, progress=self.config.progress)
+        with self.in_phase("rank"), self.evaluator(stage) as evaluator:
+            self.last_report = analyze_variants(evaluator, sensitivity)
         return self.last_report
 
     def channel_absmax(self, fp: LoadedModel, tensors: tuple[str, ...]) -> tuple[ChannelRange, ...]:
@@ -130,12 +132,16 @@ class AutoContext:
             found = collect_channel_absmax(fp, self.calib, tensors, progress=self.config.progress)
             return tuple(ChannelRange(name, np.asarray(found.absmax[name])) for name in tensors)
 
-        return self.journal.channel_ranges(f"channels:{model_key(fp.proto)}:{digest(*tensors)}", measure)
+        def decode(data: Any, where: str) -> tuple[ChannelRange, ...]:
+            return _json.decode(tuple[ChannelRange, ...], data, where)  # type: ignore[no-any-return]
+
+        key = f"channels:{model_key(fp.proto)}:{digest(*tensors)}"
+        return self.journal.stored(key, measure, _json.encode, decode)
 
     def evaluator(self, stage: Stage) -> JournaledEvaluator:
         """An evaluator of ``stage`` on the evaluation data whose evaluations go through the journal."""
         return JournaledEvaluator(stage.fp, stage.qmodel, self.evals, self.metric, self.runner_factory,
-                                  self.journal)
+                                  journal=self.journal)
 
     def in_phase(self, phase: Phase) -> _PhaseScope:
         """A ``with`` block whose evaluations count under ``phase``."""
@@ -146,7 +152,7 @@ class _PhaseScope:
     def __init__(self, journal: Journal, phase: Phase) -> None:
         self.journal = journal
         self.phase = phase
-        self.previous: Phase = journal.phase
+        self.previous = journal.phase
 
     def __enter__(self) -> None:
         self.previous = self.journal.phase

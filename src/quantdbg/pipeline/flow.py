@@ -17,22 +17,25 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from dataclasses import replace
 
-from quantdbg.data import DataSource, as_model_data
+from quantdbg._fingerprint import digest, feeds_digest
+from quantdbg._journal import Journal, canonical
+from quantdbg.data import CalibrationData, DataSource, as_model_data
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_metric
 from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
 from quantdbg.model import LoadedModel, ModelSource, as_loaded
-from quantdbg.pipeline.config import AutoConfig, Outcome
+from quantdbg.pipeline.build import with_build
+from quantdbg.pipeline.config import PHASES, AutoConfig, Outcome
 from quantdbg.pipeline.context import AutoContext, Stage
-from quantdbg.pipeline.journal import Journal, JournaledMetric, fingerprint
 from quantdbg.pipeline.recipe import AutoRecipe
 from quantdbg.pipeline.records import RepairRecord
 from quantdbg.pipeline.repairs import REPAIR_PASSES
 from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
-from quantdbg.sensitivity import VariantEvaluator
+from quantdbg.sensitivity import JournaledMetric, VariantEvaluator, model_key
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +63,15 @@ def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, targ
         config: Calibration, repairs, ranking, search, limits, progress and the resume file.
 
     Returns:
-        The result: metric values, repairs, ranking, plan, final model, recipe and verdict.
+        The result: metric values, repairs, ranking, plan (with the commands that build the final
+        model's engine, naming it ``MIXED.onnx`` until :meth:`AutoResult.located`), final model,
+        recipe and verdict.
 
     Raises:
         ConfigError: The target and metric disagree, a relative-loss target meets an infinite
-            FP32 metric, or the resume file belongs to another run.
-        FormatError: The resume file is not a progress file.
+            FP32 metric, or the resume file belongs to another run (the message names what
+            differs), was written by an older quantdbg or was changed after it was written.
+        FormatError: The resume file is not a journal.
         ModelError: The model is invalid or already quantized.
         DataError: The data does not match the model.
         BackendError: ONNX Runtime or the evaluation command failed.
@@ -75,13 +81,26 @@ def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, targ
     calib = as_model_data(calib_data, fp.proto, config.batch_size)
     evals = as_model_data(eval_data, fp.proto, config.batch_size)
     task = _task_metric(metric, target)
-    journal = Journal.open(config.resume_path,
-                           fingerprint(fp.proto, calib, evals, task, target, config.settings()))
-    if task.needs_model:
-        task = JournaledMetric(task, journal)
-    result = _Flow(AutoContext(calib, evals, task, config, journal), target).run(fp)
+    ingredients = _ingredients(fp, calib, evals, task, target, config)
+    with Journal.open(config.resume_path, "auto", ingredients) as journal:
+        if task.needs_model:
+            task = JournaledMetric(task, journal)
+        result = _Flow(AutoContext(calib, evals, task, config, journal), target).run(fp)
+    result = with_build(result, model, calib_data, evals, config)
     logger.info("auto: %s", result.message)
     return replace(result, seconds=round(time.perf_counter() - start, 3))
+
+
+def _ingredients(fp: LoadedModel, calib: CalibrationData, evals: CalibrationData, metric: TaskMetric,
+                 target: FallbackTarget, config: AutoConfig) -> dict[str, str]:
+    """What decides a run's result, per ingredient (a journal of another run is refused by them): the
+    model, both data sets, the metric (with the files a command reads), the target and the settings."""
+    if config.resume_path is None:
+        return {}
+    return {"model": model_key(fp.proto), "calibration data": feeds_digest(calib),
+            "evaluation data": feeds_digest(evals), **metric.ingredients(),
+            "target": digest(canonical(target.to_dict())),
+            "settings": digest(canonical(config.settings().to_dict()))}
 
 
 def _task_metric(metric: TaskMetric | MetricName, target: FallbackTarget) -> TaskMetric:
@@ -193,7 +212,8 @@ class _Flow:
         n_layers = len(stage.qmodel.layers)
         report = found.report if found is not None else self.context.last_report
         fp32, int8, repaired, final = values
-        counts = self.context.journal.counts()
+        used = Counter(self.context.journal.used.values())
+        counts = {phase: used[phase] for phase in PHASES if used[phase]}
         return AutoResult(outcome, self.target, self.context.metric.name, fp32, int8, repaired, final,
                           n_layers, self.config.fallback_limit(n_layers), recipe, counts, report,
                           None if found is None else found.plan, model=model)

@@ -4,15 +4,21 @@
 runs the mode (:mod:`quantdbg.sensitivity.modes`), adds the evidence and, for the modes that rank
 by a layer's own error, the output-space ranking (:mod:`quantdbg.sensitivity.output_space`), and
 ranks the layers into a :class:`~quantdbg.sensitivity.report.SensitivityReport`. With
-``results_path`` the sweep resumes from where an interrupted run stopped
-(:mod:`quantdbg.sensitivity.resume`).
+``results_path`` the analysis keeps a journal (:mod:`quantdbg._journal`): each variant of a sweep
+as it is evaluated, then the report, so an interrupted run resumes where it stopped and a finished
+one returns its report. :func:`analyze_variants` runs the analysis of an evaluator through the
+journal of the run it serves (``fallback``, ``auto``).
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
+from quantdbg._fingerprint import compose, digest
+from quantdbg._journal import Journal
 from quantdbg.backends import RunnerFactory
 from quantdbg.data import DataSource
 from quantdbg.evaluation import MetricName, TaskMetric
@@ -21,10 +27,10 @@ from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import OUTPUT_SPACE_MODES, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, default_runner_factory
 from quantdbg.sensitivity.evidence import collect_evidence
+from quantdbg.sensitivity.journaled import JournaledEvaluator, analysis_metric, model_key
 from quantdbg.sensitivity.modes import measure
 from quantdbg.sensitivity.output_space import measure_output_space
 from quantdbg.sensitivity.report import SensitivityReport
-from quantdbg.sensitivity.resume import ResultsFile
 
 _DEFAULT = SensitivityConfig()
 
@@ -39,7 +45,7 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         qmodel: The Q/DQ model and its records (:func:`quantdbg.quantize`, or
             :func:`quantdbg.qdq.records_from_model` for models quantized elsewhere).
         data: Evaluation data.
-        config: Mode, parallel jobs, evidence, progress bars and the resumable results file.
+        config: Mode, parallel jobs, evidence, progress bars and the journal to resume from.
         metric: What isolated / leave-one-out variants are scored by: an output-metric name or
             a :class:`~quantdbg.evaluation.TaskMetric` (e.g. a command).
         runner_factory: Makes the runners (default: ONNX Runtime, CPU; with ``jobs > 1`` or an
@@ -49,8 +55,9 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
         The report, most sensitive layer first.
 
     Raises:
-        ConfigError: ``config.results_path`` belongs to another analysis.
-        FormatError: ``config.results_path`` exists but is not a progress file or report.
+        ConfigError: ``config.results_path`` belongs to another analysis (the message names what
+            differs), was written by an older quantdbg or was changed after it was written.
+        FormatError: ``config.results_path`` exists but is not a journal.
         ModelError: The models do not match each other or their records.
         DataError: The data does not match the model.
     """
@@ -59,27 +66,74 @@ def analyze_sensitivity(fp_model: ModelSource, qmodel: QuantizedModel, data: Dat
     if runner_factory is None and parallel > 1:
         runner_factory = default_runner_factory(max(1, (os.cpu_count() or 1) // parallel))
     with VariantEvaluator(fp_model, qmodel, data, metric, runner_factory) as evaluator:
-        fingerprint = evaluator.fingerprint(config.mode) if config.results_path is not None else ""
-        state = ResultsFile.open(config.results_path, fingerprint, config.mode)
-        if state.report is not None:
-            return _finished(evaluator, config, state.report)
-        found = measure(evaluator, config, state)
-        if config.evidence:
-            found.evidence = collect_evidence(evaluator, config)
-        if _wants_output_space(config):
-            found.output_space = measure_output_space(evaluator, config.output_samples, config.progress,
-                                                      config.executor)
-        report = found.report(evaluator, config.mode, time.perf_counter() - start, fingerprint)
-    if config.results_path is not None:
-        report.write(config.results_path)
+        ingredients = evaluator.ingredients(config.mode) if config.results_path is not None else {}
+        with Journal.open(config.results_path, "analyze", ingredients) as journal:
+            found = journal.get(_REPORT)
+            if found is not None:
+                report = SensitivityReport.from_dict(found, journal.where)
+                return _finished(evaluator, config, journal, report)
+            fingerprint = compose(ingredients) if ingredients else ""
+            report = _measured(evaluator, config, journal, fingerprint, start)
+            journal.record(_REPORT, report.to_dict())
     return report
+
+
+_REPORT = "report"
+"""The journal key of the finished report."""
+
+
+def _measured(evaluator: VariantEvaluator, config: SensitivityConfig, journal: Journal, fingerprint: str,
+              start: float) -> SensitivityReport:
+    found = measure(evaluator, config, journal)
+    if config.evidence:
+        found.evidence = collect_evidence(evaluator, config)
+    if _wants_output_space(config):
+        found.output_space = measure_output_space(evaluator, config.output_samples, config.progress,
+                                                  config.executor)
+    return found.report(evaluator, config.mode, time.perf_counter() - start, fingerprint)
+
+
+def finished_report(path: str | os.PathLike) -> SensitivityReport | None:
+    """The report an analysis with ``results_path=path`` finished with (None: absent or unfinished).
+
+    Raises:
+        ConfigError: The journal was written by an older quantdbg or changed after it was written.
+        FormatError: The file is not a journal.
+    """
+    if not Path(path).exists():
+        return None
+    journal = Journal.read(path)
+    found = journal.get(_REPORT)
+    return None if found is None else SensitivityReport.from_dict(found, repr(os.fspath(path)))
+
+
+def analyze_variants(evaluator: VariantEvaluator, config: SensitivityConfig) -> SensitivityReport:
+    """:func:`analyze_sensitivity` of an evaluator's models, data, metric and runners.
+
+    Through a :class:`~quantdbg.sensitivity.journaled.JournaledEvaluator`, the evaluator's journal
+    keeps the report once finished, and until then every task-metric score of the user's code (so a
+    resumed run makes none twice); ``config.results_path`` is then not used.
+    """
+    if not isinstance(evaluator, JournaledEvaluator):
+        return analyze_sensitivity(evaluator.fp_model, evaluator.qmodel, evaluator.data, config,
+                                   metric=evaluator.metric, runner_factory=evaluator.runner_factory)
+    config = replace(config, results_path=None)
+    journal, metric = evaluator.journal, analysis_metric(evaluator.metric, evaluator.journal)
+    settings = json.dumps(replace(config, progress=False).to_dict(), sort_keys=True)
+    key = f"analysis:{model_key(evaluator.qmodel.model)}:{digest(metric.identity(), settings)}"
+
+    def analyze() -> SensitivityReport:
+        return analyze_sensitivity(evaluator.fp_model, evaluator.qmodel, evaluator.data, config,
+                                   metric=metric, runner_factory=evaluator.runner_factory)
+
+    return journal.stored(key, analyze, SensitivityReport.to_dict, SensitivityReport.from_dict)
 
 
 def _wants_output_space(config: SensitivityConfig) -> bool:
     return config.output_samples > 0 and config.mode in OUTPUT_SPACE_MODES
 
 
-def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
+def _finished(evaluator: VariantEvaluator, config: SensitivityConfig, journal: Journal,
               report: SensitivityReport) -> SensitivityReport:
     """A report finished earlier, with the evidence and the output-space ranking added when asked for
     and missing (neither is part of the fingerprint)."""
@@ -94,8 +148,8 @@ def _finished(evaluator: VariantEvaluator, config: SensitivityConfig,
     if missing_output:
         report = replace(report, output_space=measure_output_space(evaluator, config.output_samples,
                                                                    config.progress, config.executor))
-    report.write(config.results_path)  # type: ignore[arg-type]
+    journal.record(_REPORT, report.to_dict())
     return report
 
 
-__all__ = ["analyze_sensitivity"]
+__all__ = ["analyze_sensitivity", "analyze_variants", "finished_report"]

@@ -50,9 +50,11 @@ class SensitivityConfig(Serializable):
         evidence: Add the weight / activation / calibrator evidence to every layer.
         evidence_batches: Batches of the data the calibrator comparison of the evidence runs on.
         progress: Show progress bars (else log lines at DEBUG).
-        results_path: JSON file holding the sweep's progress and then the report; a sweep
-            interrupted earlier resumes from it (it must belong to the same models, data, mode and
-            metric). None: nothing is written.
+        results_path: The analysis' journal (:mod:`quantdbg._journal`): each variant of a sweep
+            as it is evaluated, then the report; an analysis interrupted earlier resumes from it,
+            a finished one returns its report (:func:`~quantdbg.sensitivity.finished_report`
+            reads it); it must belong to the same models, data, mode and metric. None: nothing is
+            written.
         output_samples: Local / cumulative modes: each layer's isolated variant runs on the first
             batches of the data holding at least this many samples, for the output-space ranking
             (one short pass per layer; 0: no output-space ranking; more than the data holds: every

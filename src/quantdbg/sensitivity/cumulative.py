@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from quantdbg._journal import Journal
 from quantdbg.config import TensorKind
 from quantdbg.data import CalibrationData
 from quantdbg.evaluation import MetricAccumulator, OutputMetrics
@@ -23,7 +24,6 @@ from quantdbg.sensitivity.graphs import float_value_types, paired_graph
 from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.reductions import DataPass, reduce_outputs, sums_to_metrics
 from quantdbg.sensitivity.report import TensorError
-from quantdbg.sensitivity.resume import ResultsFile
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,13 @@ def cumulative_pairs(evaluator: VariantEvaluator) -> list[TensorPair]:
 
 
 def measure_cumulative(evaluator: VariantEvaluator, config: SensitivityConfig,
-                       state: ResultsFile) -> Measurement:
+                       journal: Journal) -> Measurement:
     """Compares every paired tensor in one pass and scores the noise each layer adds.
 
     Args:
         evaluator: The models and data.
         config: The analysis settings (``progress``).
-        state: The results file (one pass needs no resuming).
+        journal: The journal (one pass needs no resuming).
 
     Returns:
         The measurement, with every compared tensor and the fully quantized model's outputs.

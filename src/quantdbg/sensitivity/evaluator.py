@@ -238,13 +238,20 @@ class VariantEvaluator:
         ref = concat_batches(self.reference())
         return float(self.metric.from_outputs(ref, ref))
 
-    def fingerprint(self, mode: str) -> str:
+    def with_metric(self, metric: TaskMetric | MetricName) -> VariantEvaluator:
+        """An evaluator of the same models, data and runners scored by ``metric``."""
+        return VariantEvaluator(self.fp_model, self.qmodel, self.data, metric, self.runner_factory)
+
+    def ingredients(self, mode: str) -> dict[str, str]:
         """What decides the scores, per ingredient: both models (a lazy model's data files included),
-        the data, the metric's full identity (:meth:`~quantdbg.evaluation.TaskMetric.identity`) and
-        ``mode``."""
+        the data, the metric (:meth:`~quantdbg.evaluation.TaskMetric.ingredients`: its full identity
+        and the files a command reads) and ``mode``."""
         models = digest(*model_bytes(self.qmodel.model), *model_bytes(self.fp_model))
-        return compose({"models": models, "data": feeds_digest(self.data),
-                        "metric": digest(self.metric.identity()), "mode": mode})
+        return {"models": models, "data": feeds_digest(self.data), **self.metric.ingredients(), "mode": mode}
+
+    def fingerprint(self, mode: str) -> str:
+        """:meth:`ingredients` as one line (what a report records)."""
+        return compose(self.ingredients(mode))
 
     @property
     def n_samples(self) -> int:

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import math
 
+from quantdbg._journal import Journal
 from quantdbg.sensitivity.config import SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant
 from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph
-from quantdbg.sensitivity.resume import ResultsFile
 
 
-def measure_local(evaluator: VariantEvaluator, config: SensitivityConfig, state: ResultsFile) -> Measurement:
-    """Scores each layer by minus the SQNR (dB) of its clone's output (``state`` is not used).
+def measure_local(evaluator: VariantEvaluator, config: SensitivityConfig, journal: Journal) -> Measurement:
+    """Scores each layer by minus the SQNR (dB) of its clone's output (``journal`` is not used).
 
     Args:
         evaluator: The models and data.
         config: The analysis settings (``progress``).
-        state: The results file (one pass needs no resuming).
+        journal: The journal (one pass needs no resuming).
 
     Returns:
         The measurement.

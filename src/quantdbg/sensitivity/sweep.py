@@ -3,20 +3,20 @@
 Every variant is a feed to one session of the switchable graph; the FP32 reference outputs are
 computed once, before any task. The variants run through the configured executor (``jobs`` local
 processes, or e.g. a Ray cluster): each worker receives the evaluator once and keeps one session
-for all its variants. Every finished variant is recorded in the results file as it arrives, so an
-interrupted sweep resumes without the variants already done.
+for all its variants. Every finished variant is recorded in the journal as it arrives (by the
+driver, wherever it ran), so an interrupted sweep resumes without the variants already done.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 
+from quantdbg._journal import EVALUATION, Journal
 from quantdbg.evaluation import OutputMetrics
 from quantdbg.execution import Executor, LocalExecutor
 from quantdbg.sensitivity.config import Mode, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 from quantdbg.sensitivity.measurement import Measurement
-from quantdbg.sensitivity.resume import ResultsFile
 
 logger = logging.getLogger(__name__)
 
@@ -37,29 +37,30 @@ def executor_of(config: SensitivityConfig) -> Executor:
     return config.executor if config.executor is not None else LocalExecutor(config.jobs)
 
 
-def measure_sweep(evaluator: VariantEvaluator, config: SensitivityConfig, state: ResultsFile) -> Measurement:
-    """Evaluates the baseline and every layer's variant (those not already in ``state``).
+def measure_sweep(evaluator: VariantEvaluator, config: SensitivityConfig, journal: Journal) -> Measurement:
+    """Evaluates the baseline and every layer's variant (those not already in ``journal``).
 
     Args:
         evaluator: The models, data and task metric.
         config: ``mode`` (isolated or leave-one-out), ``executor`` / ``jobs`` and ``progress``.
-        state: The results file; every new result is recorded there as it arrives.
+        journal: Where every new result is recorded as it arrives.
 
     Returns:
         The measurement: the task metric of each variant, signed so larger is more sensitive.
     """
     mode, layers = config.mode, evaluator.layers
-    todo = [n for n in (BASELINE, *layers) if n not in state.done]
+    results = {n: VariantResult.from_dict(journal.get(key), f"{journal.where} entry {key!r}")
+               for n in (BASELINE, *layers) if (key := _key(mode, n)) in journal}
+    todo = [n for n in (BASELINE, *layers) if n not in results]
     if not evaluator.metric.needs_model:
         evaluator.reference()  # before any task: every worker reuses it
         _ = evaluator.switch
-    results = dict(state.done)
 
     def record(index: int, found: tuple[VariantResult, int]) -> None:
         result, passes = found
         evaluator.n_passes += passes
         results[todo[index]] = result
-        state.record(todo[index], result)
+        journal.record(_key(mode, todo[index]), result.to_dict())
 
     executor_of(config).map(_run_variant, [(mode, n) for n in todo], shared=evaluator, on_result=record,
                             desc=f"sensitivity ({mode})", progress=config.progress)
@@ -71,6 +72,11 @@ def measure_sweep(evaluator: VariantEvaluator, config: SensitivityConfig, state:
     if not evaluator.metric.needs_model:
         found.reference_value = evaluator.reference_value()
     return found
+
+
+def _key(mode: Mode, name: str) -> str:
+    """The journal key of a sweep's variant (``name``: a layer or :data:`BASELINE`)."""
+    return f"{EVALUATION}sweep:{mode}:{name}"
 
 
 def _run_variant(evaluator: VariantEvaluator, task: tuple[Mode, str]) -> tuple[VariantResult, int]:
