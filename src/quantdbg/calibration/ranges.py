@@ -13,6 +13,7 @@ from typing import Any
 from quantdbg import _display, _json
 from quantdbg.calibration.calibrators.base import Calibrator, TensorRange, get_calibrator
 from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonfinite
+from quantdbg.calibration.sample_peaks import check_beyond_fp16, warn_one_sample_ranges
 from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
@@ -84,11 +85,18 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         ``shared_scale_groups``) get one range computed from their merged statistics.
 
     Raises:
-        ModelError: The model is invalid or already quantized, or a ``per_tensor`` glob matches no
-            tensor (the message names the closest).
-        DataError: The data does not match the model's inputs (the message names the batch).
+        ModelError: The model is invalid or already quantized, a ``per_tensor`` glob matches no
+            tensor (the message names the closest), or a corrupt initializer drives a tensor beyond
+            float16's range.
+        DataError: The data does not match the model's inputs (the message names the batch), holds
+            NaN/Inf, or drives a few values of a tensor beyond float16's range, so far that they
+            would round its other values to 0 (the message names the sample).
         ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
         BackendError: ONNX Runtime failed.
+
+    Warns:
+        QuantDbgWarning: A tensor beyond float16's range, or a range one sample alone sets so wide
+            that the other samples quantize to 0.
     """
     loaded = as_loaded(model)
     plan = placement if isinstance(placement, QdqPlan) else plan_qdq(loaded, placement)
@@ -109,7 +117,9 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     collected = collect_stats(loaded, data, tensors, collect, progress=progress,
                               session_options=session_options)
     warn_nonfinite(collected)
+    check_beyond_fp16(collected, loaded.proto)
     ranges = _ranges(collected, chosen, groups)
+    warn_one_sample_ranges(collected, ranges)
     return CalibrationResult({name: ranges[name] for name in tensors}, dict(collected), config,
                              collected.n_batches, collected.n_samples, plan.folded_weights,
                              footprint(loaded.proto))

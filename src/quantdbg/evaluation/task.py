@@ -212,37 +212,57 @@ class Accuracy(TaskMetric):
 
     Args:
         labels: One integer label per position of the argmax (e.g. shape ``(N,)`` for ``(N, C)``
-            logits), in evaluation-data order.
+            logits), in evaluation-data order: class indices from 0.
         output: The logits output (None: the only output).
         axis: The class axis.
+        origin: Where the labels come from, for messages (e.g. ``"--labels 'label' of 'eval.npz'"``).
 
     Raises:
-        DataError: ``labels`` is not an integer array.
+        DataError: ``labels`` is not an integer array, or holds a negative label.
     """
 
     name = "accuracy"
 
     identity_attrs = ("labels", "output", "axis")
 
-    def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1) -> None:
+    def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1,
+                 origin: str | None = None) -> None:
         self.labels = np.asarray(labels)
         if not np.issubdtype(self.labels.dtype, np.integer):
             raise DataError(f"Accuracy labels must be integers, got dtype {self.labels.dtype}.")
         self.output = output
         self.axis = axis
+        self.origin = origin
+        self._check_labels(None)
 
     def from_outputs(self, outputs: Outputs, reference: Outputs) -> float:
         """Returns the accuracy in [0, 1].
 
         Raises:
-            DataError: The number of predictions differs from the number of labels.
+            DataError: The number of predictions differs from the number of labels, or a label is
+                no class of the output.
         """
         name = _select(reference, self.output, self.name)
         pred = _argmax_rows(outputs[name], self.axis)
         if pred.shape != self.labels.shape:
             raise DataError(f"Accuracy: output {name!r} gives predictions of shape {pred.shape} but the "
                             f"labels have shape {self.labels.shape}; give one label per sample, in order.")
+        self._check_labels((np.shape(outputs[name])[self.axis], name))
         return float((pred == self.labels).mean())
+
+    def _check_labels(self, classes: tuple[int, str] | None) -> None:
+        """Refuses a label below 0 or (``classes``: the count and the output) not below the class count."""
+        bad = self.labels < 0 if classes is None else (self.labels < 0) | (self.labels >= classes[0])
+        if not bad.any():
+            return
+        position = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f"sample {position[0]}" if len(position) == 1 else f"position {position}"
+        valid = "from 0" if classes is None else \
+            f"0 to {classes[0] - 1} (output {classes[1]!r} has {classes[0]})"
+        of = f" ({self.origin})" if self.origin else ""
+        raise DataError(f"Accuracy labels{of}: {where} has label {int(self.labels[position])}, but labels "
+                        f"are class indices {valid}; {int(bad.sum())} label(s) are out of range. Fix the "
+                        "labels, or pick the array that holds them.")
 
 
 class OutputFunction(TaskMetric):

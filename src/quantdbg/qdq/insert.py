@@ -16,6 +16,7 @@ from quantdbg.model import (
     UniqueNames,
     as_loaded,
     check_model,
+    check_weight,
     constant_values,
     to_graph,
     to_model,
@@ -49,7 +50,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
 
     Raises:
         ModelError: The model is invalid or already quantized, an ``exclude`` name is not a
-            quantizable node, the plan does not match the model, or a weight is not finite.
+            quantizable node, the plan does not match the model, or a weight holds NaN/Inf or a
+            few values beyond float16's range that would round the rest of its channel to 0.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
     loaded = as_loaded(model)
@@ -122,9 +124,7 @@ def _weight_scale(weight: gs.Tensor, target: QuantTarget) -> np.ndarray:
         raise ModelError(f"Weight input {target.input_index} ({target.tensor!r}) of node {target.node!r} "
                          "is not an initializer; re-plan with plan_qdq() on this model.")
     values = np.asarray(constant_values(weight), np.float32)
-    if not np.all(np.isfinite(values)):
-        raise ModelError(f"Weight {target.tensor!r} of node {target.node!r} holds NaN or Inf values; "
-                         "fix the model's weights before quantizing.")
+    check_weight(values, target.tensor, target.node, target.axis)
     amax = channel_amax(values, target.axis)
     return scale_from_amax(amax if target.axis is None else amax.reshape(-1))
 

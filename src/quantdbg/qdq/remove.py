@@ -14,6 +14,7 @@ from quantdbg.model import UniqueNames, constant_values, to_graph, to_model
 from quantdbg.placement import is_float
 from quantdbg.qdq.insert import check_names
 from quantdbg.qdq.records import QdqRecord, QuantizedModel
+from quantdbg.quant_math import FP16_MAX
 
 # Ops whose output is never negative: a zero-clamping Q/DQ after them needs no Relu once removed.
 _NON_NEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax", "Abs", "Exp", "Sqrt"})
@@ -153,7 +154,7 @@ def _to_fp16(graph: gs.Graph, node: gs.Node, names: UniqueNames) -> None:
 def _half(constant: gs.Constant, node: str) -> np.ndarray:
     """float16 copy of an initializer, saturated (not turned into inf) beyond float16's range."""
     values = np.asarray(constant_values(constant), np.float32)
-    limit = float(np.finfo(np.float16).max)
+    limit = FP16_MAX
     if np.any(np.abs(values[np.isfinite(values)]) > limit):
         warnings.warn(f"Initializer {constant.name!r} of node {node!r} holds values beyond float16's "
                       f"range (+-{limit:g}); they are clipped in the FP16 fallback. Keep this node in "
