@@ -4,6 +4,7 @@ from __future__ import annotations
 import models
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 import pytest
 from onnx import helper
 
@@ -18,6 +19,7 @@ from quantdbg.model import (
     save_model,
     tensor_array,
 )
+from quantdbg.model.graph import is_float
 
 
 def test_load_copies_and_never_modifies_the_argument():
@@ -128,3 +130,9 @@ def test_save_puts_the_weights_of_a_model_past_2_gb_beside_it(tmp_path, monkeypa
     for mine, theirs in zip(model.graph.initializer, again.graph.initializer, strict=True):
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(mine), onnx.numpy_helper.to_array(theirs))
     assert model.graph.initializer[0].data_location == onnx.TensorProto.DEFAULT  # the caller's is untouched
+
+
+def test_is_float_reads_the_numpy_and_onnx_dtypes_gs_holds():
+    assert is_float(gs.Variable("a", np.float32)) and is_float(gs.Variable("unknown"))
+    assert not is_float(gs.Variable("h", np.float16)) and not is_float(gs.Variable("i", np.int64))
+    assert not is_float(gs.Variable("bf16", onnx.TensorProto.BFLOAT16))  # gs keeps it as an onnx enum

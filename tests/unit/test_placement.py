@@ -7,12 +7,11 @@ import json
 import models
 import models_qdq
 import numpy as np
-import onnx
 import pytest
 
 from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import FormatError, ModelError
-from quantdbg.placement import QdqPlan, QuantTarget, is_float, plan_qdq
+from quantdbg.placement import QdqPlan, QuantTarget, plan_qdq
 
 
 def test_weights_per_output_channel_with_the_right_axis():
@@ -78,15 +77,6 @@ def test_plan_json_form_and_round_trip():
         QdqPlan.from_dict({"targets": [{**data["targets"][0], "kind": "bias"}]}, "plan.json")
     assert str(err.value) == ("plan.json: not a valid QdqPlan: field 'targets[0].kind': expected one of "
                               "\"weight\", \"activation\", got \"bias\".")
-
-
-def test_is_float_reads_numpy_and_onnx_dtypes():
-    import numpy as np
-    import onnx_graphsurgeon as gs
-
-    assert is_float(gs.Variable("a", np.float32)) and is_float(gs.Variable("unknown"))
-    assert not is_float(gs.Variable("h", np.float16)) and not is_float(gs.Variable("i", np.int64))
-    assert not is_float(gs.Variable("bf16", onnx.TensorProto.BFLOAT16))  # gs keeps it as an onnx enum
 
 
 def test_a_plan_lists_the_weights_loading_folded_and_plans_them_as_weights():

@@ -3,7 +3,6 @@ from quantdbg._exports import public_names as _public_names
 from quantdbg.placement.plan import DEFAULT_QUANT as DEFAULT_QUANT
 from quantdbg.placement.plan import QdqPlan as QdqPlan
 from quantdbg.placement.plan import QuantTarget as QuantTarget
-from quantdbg.placement.plan import is_float as is_float
 from quantdbg.placement.plan import plan_qdq as plan_qdq
 
 __all__ = _public_names(globals())

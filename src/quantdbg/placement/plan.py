@@ -20,9 +20,7 @@ tensor constants alone compute is ever one of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -38,10 +36,10 @@ from quantdbg.model import (
     name_graph_nodes,
     to_graph,
 )
+from quantdbg.model.graph import is_float
 from quantdbg.quant_math import weight_axis
 
 DEFAULT_QUANT = QuantConfig()
-_FLOAT = np.dtype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -157,19 +155,6 @@ def plan_qdq(model: onnx.ModelProto | LoadedModel, config: QuantConfig = DEFAULT
         groups = _concat_targets(graph, targets, config, constants)
     ordered = sorted(targets.values(), key=lambda t: (order[t.node], t.input_index))
     return QdqPlan(tuple(ordered), _ordered_groups(groups, ordered), folded)
-
-
-def is_float(tensor: gs.Tensor) -> bool:
-    """True for a float32 tensor, or one whose type is unknown."""
-    dtype = tensor.dtype
-    if dtype is None:
-        return True
-    return not _is_onnx_enum(dtype) and np.dtype(dtype) == _FLOAT
-
-
-def _is_onnx_enum(dtype: Any) -> bool:
-    # gs keeps dtypes NumPy lacks (bfloat16, float8) as onnx.TensorProto enums (ints).
-    return isinstance(dtype, int) and not isinstance(dtype, np.dtype)
 
 
 def _is_activation(tensor: gs.Tensor, constants: frozenset[str]) -> bool:

@@ -9,7 +9,7 @@ import onnx_graphsurgeon as gs
 from quantdbg.calibration.smoothing.config import SmoothingConfig
 from quantdbg.calibration.smoothing.result import SkippedNode
 from quantdbg.model import check_node_globs, constant_values
-from quantdbg.placement import is_float
+from quantdbg.model.graph import is_float
 
 FLOAT = np.dtype(np.float32)
 
