@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from quantdbg.model import WEIGHTED_OPS, computed_constants, tensor_array
+from quantdbg.model.graph import trans_b
 from quantdbg.quant_math import QMAX, channel_scale, fake_quant, sqnr_db, weight_axis
 
 CLIP_TOLERANCE = 0.01
@@ -153,7 +154,7 @@ class QdqGraph:
 
 def output_channel_axis(node: onnx.NodeProto, rank: int) -> int | None:
     """Output-channel axis of input 1 of a weighted op (None: the weight has no channel axis)."""
-    return weight_axis(node.op_type, rank, bool(int(attr(node, "transB", 0))))
+    return weight_axis(node.op_type, rank, trans_b(node))
 
 
 def channel_counts(node: onnx.NodeProto, weight: np.ndarray) -> tuple[int, int] | None:
@@ -165,7 +166,7 @@ def channel_counts(node: onnx.NodeProto, weight: np.ndarray) -> tuple[int, int] 
         return int(weight.shape[0]), int(weight.shape[1]) * group
     if node.op_type == "Gemm" and weight.ndim == 2:
         rows, cols = (int(d) for d in weight.shape)
-        return (cols, rows) if int(attr(node, "transB", 0)) else (rows, cols)
+        return (cols, rows) if trans_b(node) else (rows, cols)
     if node.op_type == "MatMul" and weight.ndim >= 2:
         return int(weight.shape[-2]), int(weight.shape[-1])
     return None

@@ -34,6 +34,18 @@ def constant_values(tensor: gs.Tensor) -> np.ndarray | None:
     return None
 
 
+def trans_b(node: gs.Node | onnx.NodeProto | None) -> bool:
+    """True for a Gemm that reads its B input transposed (``transB=1``: B is ``[N, K]``)."""
+    if node is None:
+        return False
+    if isinstance(node, gs.Node):
+        op, value = node.op, node.attrs.get("transB", 0)
+    else:
+        op = node.op_type
+        value = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "transB"), 0)
+    return op == "Gemm" and bool(int(value))
+
+
 def to_graph(model: onnx.ModelProto) -> gs.Graph:
     """Imports ``model`` into onnx-graphsurgeon (the copy is independent of ``model``)."""
     return gs.import_onnx(model)

@@ -36,7 +36,7 @@ from quantdbg.model import (
     name_graph_nodes,
     to_graph,
 )
-from quantdbg.model.graph import is_float
+from quantdbg.model.graph import is_float, trans_b
 from quantdbg.quant_math import weight_axis
 
 DEFAULT_QUANT = QuantConfig()
@@ -175,7 +175,7 @@ def _weight_axis(node: gs.Node, index: int, weight: gs.Constant, config: QuantCo
     """Output-channel axis of a weight input, or None when it is quantized per tensor."""
     if not config.per_channel or index != 1:
         return None  # a constant on the left of a MatMul/Gemm is quantized per tensor
-    return weight_axis(node.op, len(weight.shape), bool(node.attrs.get("transB", 0)))
+    return weight_axis(node.op, len(weight.shape), trans_b(node))
 
 
 def _node_targets(node: gs.Node, config: QuantConfig, constants: frozenset[str]) -> list[QuantTarget]:
