@@ -38,7 +38,7 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class QParams:
+class QdqNodeParams:
     """A Q or DQ node's quantization parameters, where they are constants.
 
     Attributes:
@@ -111,14 +111,14 @@ class QdqGraph:
         """QuantizeLinear nodes reading ``tensor``."""
         return [c for c in self.consumers.get(tensor, []) if c.op_type == "QuantizeLinear"]
 
-    def qparams(self, node: onnx.NodeProto) -> QParams:
+    def qparams(self, node: onnx.NodeProto) -> QdqNodeParams:
         """The constant quantization parameters of a Q or DQ node."""
         scale = self.constants.get(node.input[1]) if len(node.input) > 1 else None
         zp = self.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         dtype = zp.dtype if zp is not None else None
         if dtype is None and node.op_type == "DequantizeLinear" and node.input[0] in self.constants:
             dtype = self.constants[node.input[0]].dtype  # pre-quantized integer weights
-        return QParams(scale, zp, int(attr(node, "axis", 1)), dtype)
+        return QdqNodeParams(scale, zp, int(attr(node, "axis", 1)), dtype)
 
     def pairs(self) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto | None]]:
         """(reported node, its Q partner) for every DQ, and every Q that feeds no DQ."""
