@@ -31,7 +31,8 @@ from quantdbg.model import Footprint
 logger = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "bisect", "linear"]
-"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`)."""
+"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`): ``"auto"``
+is the default that does not trust the ranking (a short gallop, then group testing)."""
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 PlanStatus = Literal["met", "unreachable", "verification_failed", "budget_exhausted"]
 """How a search ended (see :attr:`FallbackPlan.status`)."""

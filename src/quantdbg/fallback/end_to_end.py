@@ -1,4 +1,5 @@
-"""The automatic flow: rank the layers, search the fewest to keep out of INT8, verify on the real model."""
+"""Fallback end to end, on the models: rank the layers, search the fewest to keep out of INT8, verify
+on the real model, build the mixed model (:mod:`~quantdbg.fallback.search` is the search alone)."""
 from __future__ import annotations
 
 from contextlib import ExitStack
