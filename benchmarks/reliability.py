@@ -4,9 +4,14 @@ Every case runs a `quantdbg` command on the embedded digits CNN in a scratch fol
 exit status, the first line of stderr, whether any input's SHA-256 changed and which files
 appeared. Then each reader gets N randomly mutated documents (a value replaced, a key dropped, the
 text cut short) and the model loader N randomly mutated protobufs; anything but the library's own
-errors counts as an escape. Prints a Markdown table (the Reliability section of RESULTS.md)::
+errors counts as an escape. Then outputs aimed at files a command reads or writes (a model's
+external data file, the --evaluate script, ``OUT.onnx.data``, the demo's files), two runs on one
+output, and a disk that fills (ENOSPC at the n-th file) or turns read-only (EROFS) mid-run, each
+counted as tried / tracebacks / inputs changed / wrong results accepted. Prints Markdown tables
+(the Reliability section of RESULTS.md)::
 
     python benchmarks/reliability.py --mutations 1000 > /tmp/reliability.md
+    python benchmarks/reliability.py --categories paths concurrent disk
 """
 from __future__ import annotations
 
@@ -31,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _reliability_outputs as outputs  # noqa: E402
 
 from quantdbg.cli import main
 from quantdbg.demo import INPUT_NAME, load_embedded
@@ -432,32 +440,45 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
+CATEGORIES = ("cli", "signals", "fuzz", "numeric", "paths", "concurrent", "disk")
+
+
 def main_(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutations", type=int, default=1000, help="Mutations per reader (default 1000).")
+    parser.add_argument("--categories", nargs="+", choices=CATEGORIES, default=list(CATEGORIES),
+                        help="Which groups of cases to run (default all).")
     args = parser.parse_args(argv)
+    chosen = set(args.categories)
     with tempfile.TemporaryDirectory(prefix="quantdbg-reliability-") as tmp:
         work = Path(tmp)
         _setup(work)
         _bad_inputs(work)
-        cli = run_cli_cases(work)
-        signals = run_signal_cases(work)
-        fuzz = run_fuzz(work, args.mutations)
-        _bad_numeric_inputs(work)
-        numeric = run_numeric_cases(work)
-    print(_table(("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"),
-                 cli))
-    print()
-    print(_table(("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"),
-                 signals))
-    print()
-    print(_table(("reader", "mutations", "escaped", "outcomes"), fuzz))
-    print()
-    print(_table(("bad numeric data / model storage", "exit", "stderr (last line)", "inputs changed",
-                  "outcome"), numeric))
-    print()
-    print(_table(("bad numeric data", "cases", "tracebacks", "wrong results accepted"),
-                 [("total", *numeric_summary(numeric))]))
+        cli = run_cli_cases(work) if "cli" in chosen else []
+        signals = run_signal_cases(work) if "signals" in chosen else []
+        fuzz = run_fuzz(work, args.mutations) if "fuzz" in chosen else []
+        numeric: list[tuple[str, ...]] = []
+        if "numeric" in chosen:
+            _bad_numeric_inputs(work)
+            numeric = run_numeric_cases(work)
+        outputs.path_inputs(work, _cli)
+        checked = [*(outputs.run_path_cases(work, _cli, _state) if "paths" in chosen else []),
+                   *(outputs.run_concurrent_cases(work, _cli) if "concurrent" in chosen else []),
+                   *(outputs.run_disk_cases(work, _cli, _state) if "disk" in chosen else [])]
+    tables = [
+        (("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"), cli),
+        (("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"), signals),
+        (("reader", "mutations", "escaped", "outcomes"), fuzz),
+        (("bad numeric data / model storage", "exit", "stderr (last line)", "inputs changed", "outcome"),
+         numeric),
+        (("bad numeric data", "cases", "tracebacks", "wrong results accepted"),
+         [("total", *numeric_summary(numeric))] if numeric else []),
+        (("category", "case", "expected", "exit", "stderr (last line)", "inputs changed", "verdict"),
+         checked),
+        (("category", "cases tried", "tracebacks", "inputs changed", "wrong results accepted",
+          "wrongly refused"), outputs.summary(checked)),
+    ]
+    print("\n\n".join(_table(header, rows) for header, rows in tables if rows))
     return 0
 
 

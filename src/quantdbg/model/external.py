@@ -103,6 +103,14 @@ def external_bases(model: onnx.ModelProto) -> set[str]:
     return {base_of(t) for t in all_tensors(model) if is_external(t)}
 
 
+def data_files(model: onnx.ModelProto) -> tuple[Path, ...]:
+    """The data files the external tensors of a lazily loaded ``model`` read, sorted, each once
+    (``basepath`` / ``location``; a tensor without ``basepath`` names a file relative to the
+    working directory)."""
+    return tuple(sorted({Path(base_of(t)) / _info(t).get("location", "") for t in all_tensors(model)
+                         if is_external(t)}))
+
+
 def strip_bases(model: onnx.ModelProto | onnx.TensorProto) -> None:
     """Removes the ``basepath`` entries (in place), for a copy handed to ONNX Runtime or saved."""
     tensors = [model] if isinstance(model, onnx.TensorProto) else all_tensors(model)
@@ -233,8 +241,7 @@ def model_bytes(model: onnx.ModelProto) -> Iterator[bytes]:
     data file its external tensors read (a lazy model's bytes alone name its weights, not their
     values). Raises protobuf's error past 2 GB in memory, as ``SerializeToString`` does."""
     yield model.SerializeToString()
-    files = {Path(base_of(t)) / _info(t).get("location", "") for t in all_tensors(model) if is_external(t)}
-    for path in sorted(files):
+    for path in data_files(model):
         try:
             stat = path.stat()
         except OSError:  # not readable from here: its name is all there is to go by

@@ -21,6 +21,7 @@ from onnx import shape_inference, version_converter
 from quantdbg.errors import ModelError, QuantDbgError
 from quantdbg.model.external import (  # noqa: F401 (re-exported)
     check_data_files,
+    data_files,
     fits_in_protobuf,
     inline_small,
     mark_lazy,
@@ -209,6 +210,22 @@ def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
                          "beside the model as it was saved, or re-export the model.") from err
     inline_small(model)  # shape inference reads small constants (shapes, axes); large weights stay lazy
     return model
+
+
+def data_files_of(path: str | os.PathLike) -> tuple[Path, ...]:
+    """The external data files the model file ``path`` names, found from its graph alone (no weight
+    is read, none need exist): the files a command reading the model must never write.
+
+    Returns:
+        Their paths (the model's folder joined with each ``location``), sorted, each once; empty
+        when ``path`` is not a readable ONNX file (loading it reports why).
+    """
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # protobuf raises several unrelated types; loading the model names the problem
+        return ()
+    mark_lazy(model, Path(path).parent)
+    return data_files(model)
 
 
 def _check_external_locations(model: onnx.ModelProto, base: Path) -> None:
