@@ -17,7 +17,6 @@ from pathlib import Path
 from quantdbg._io import commit_together
 from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import available_calibrators
-from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     READY_METRICS,
@@ -38,6 +37,7 @@ from quantdbg.cli._options import (
 )
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
+from quantdbg.cli.app import add_command
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
