@@ -7,7 +7,6 @@ from quantdbg._exports import public_names as _public_names
 from quantdbg.calibration.calibrators.base import Calibrator as Calibrator
 from quantdbg.calibration.calibrators.base import CalibratorProtocol as CalibratorProtocol
 from quantdbg.calibration.calibrators.base import HistogramCalibrator as HistogramCalibrator
-from quantdbg.calibration.calibrators.base import QParams as QParams
 from quantdbg.calibration.calibrators.base import TensorRange as TensorRange
 from quantdbg.calibration.calibrators.base import available_calibrators as available_calibrators
 from quantdbg.calibration.calibrators.base import calibrator_name as calibrator_name
