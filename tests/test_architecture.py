@@ -11,7 +11,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "quantdbg"
 
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "_version", "_exports", "_optional", "_io", "_json", "_progress", "_display", "quant_math",
+    ("errors", "_version", "_optional", "_io", "_json", "_progress", "_display", "quant_math",
      "config", "_fingerprint", "_journal", "execution"),
     ("model",),
     ("data",),

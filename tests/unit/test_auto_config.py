@@ -12,16 +12,9 @@ from quantdbg.calibration import PercentileConfig, SmoothingConfig
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import FallbackConfig
-from quantdbg.pipeline import (
-    REPAIRS,
-    AutoConfig,
-    CalibratorRepairConfig,
-    ChannelRange,
-    RepairRecord,
-    SmoothingStep,
-    SmoothQuantRepairConfig,
-    TensorChoice,
-)
+from quantdbg.pipeline import AutoConfig, CalibratorRepairConfig, SmoothQuantRepairConfig
+from quantdbg.pipeline.config import REPAIRS
+from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
 from quantdbg.sensitivity import SensitivityConfig
 
 

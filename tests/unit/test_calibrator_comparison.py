@@ -12,11 +12,10 @@ from quantdbg.calibration import (
     CalibratorComparison,
     Collector,
     TensorStats,
-    calibrator_amaxes,
     compare_calibrators,
-    get_calibrator,
-    histogram_sqnr,
 )
+from quantdbg.calibration.calibrators.base import calibrator_amaxes, get_calibrator
+from quantdbg.calibration.compare import histogram_sqnr
 from quantdbg.config import CalibConfig
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
 

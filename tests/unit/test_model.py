@@ -9,17 +9,12 @@ import pytest
 from onnx import helper
 
 from quantdbg.errors import ModelError
-from quantdbg.model import (
-    check_node_globs,
-    input_specs,
-    load_model,
-    name_nodes,
-    node_names,
-    quantized_nodes,
-    save_model,
-    tensor_array,
-)
+from quantdbg.model import load_model, save_model
+from quantdbg.model.external import tensor_array
 from quantdbg.model.graph import is_float, trans_b
+from quantdbg.model.load import quantized_nodes
+from quantdbg.model.names import check_node_globs, name_nodes, node_names
+from quantdbg.model.specs import input_specs
 
 
 def test_load_copies_and_never_modifies_the_argument():

@@ -83,7 +83,7 @@ def test_a_plan_lists_the_weights_loading_folded_and_plans_them_as_weights():
     import export_forms
     import models_weights
 
-    from quantdbg.model import as_loaded
+    from quantdbg.model.load import as_loaded
 
     clean = plan_qdq(models_weights.attention_block())
     model = export_forms.constants(models_weights.attention_block())

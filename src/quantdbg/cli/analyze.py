@@ -18,7 +18,8 @@ from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.cli.app import add_command
 from quantdbg.errors import ConfigError
-from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
+from quantdbg.sensitivity import SensitivityConfig, analyze_sensitivity
+from quantdbg.sensitivity.config import MODES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

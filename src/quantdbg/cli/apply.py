@@ -22,7 +22,7 @@ from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import CommandMetric
 from quantdbg.fallback import FallbackTarget
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 from quantdbg.pipeline import apply_recipe
 from quantdbg.qdq import QuantizedModel
 

@@ -43,10 +43,13 @@ from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
 from quantdbg.fallback import FallbackConfig
-from quantdbg.model import as_loaded, input_specs
-from quantdbg.pipeline import REPAIRS, AutoConfig, AutoResult, auto
+from quantdbg.model.load import as_loaded
+from quantdbg.model.specs import input_specs
+from quantdbg.pipeline import AutoConfig, AutoResult, auto
+from quantdbg.pipeline.config import REPAIRS
 from quantdbg.report import write_report
-from quantdbg.sensitivity import MODES, SensitivityConfig
+from quantdbg.sensitivity import SensitivityConfig
+from quantdbg.sensitivity.config import MODES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from quantdbg._io import commit_together
-from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
+from quantdbg.calibration import PercentileConfig, available_calibrators
+from quantdbg.calibration.calibrators.base import calibrator_name
 from quantdbg.cli._options import (
     add_data_option,
     add_execution_options,

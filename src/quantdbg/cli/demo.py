@@ -17,7 +17,7 @@ from quantdbg.cli.app import add_command
 from quantdbg.data import DEFAULT_BATCH_SIZE
 from quantdbg.demo import DEMO_MIN_SQNR_DB, EXPORT_FILES, RUN_FILES, export_demo, load_embedded, run_demo
 from quantdbg.errors import ConfigError
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -31,15 +31,12 @@ from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.cli.app import add_command
 from quantdbg.config import Precision
-from quantdbg.fallback import FallbackConfig, auto_fallback, fallback_ingredients
-from quantdbg.model import input_specs
-from quantdbg.sensitivity import (
-    MODES,
-    JournaledEvaluator,
-    SensitivityConfig,
-    SensitivityReport,
-    VariantEvaluator,
-)
+from quantdbg.fallback import FallbackConfig, auto_fallback
+from quantdbg.fallback.end_to_end import fallback_ingredients
+from quantdbg.model.specs import input_specs
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator
+from quantdbg.sensitivity.config import MODES
+from quantdbg.sensitivity.journaled import JournaledEvaluator
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg.model import WEIGHTED_OPS, computed_constants, tensor_array
+from quantdbg.model.external import tensor_array
 from quantdbg.model.graph import trans_b
+from quantdbg.model.weights import WEIGHTED_OPS, computed_constants
 from quantdbg.quant_math import QMAX, channel_scale, fake_quant, sqnr_db, weight_axis
 
 CLIP_TOLERANCE = 0.01

@@ -14,19 +14,13 @@ from typing import Any, Literal, get_args
 
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
-from quantdbg.backends.tensorrt import (
-    BuildCommands,
-    EngineBuildSpec,
-    TrtConfig,
-    build_commands,
-    layer_precisions_problem,
-    trtexec_command,
-)
+from quantdbg.backends.tensorrt import BuildCommands, EngineBuildSpec, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import layer_precisions_problem, trtexec_command
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
-from quantdbg.model import Footprint
+from quantdbg.model.footprint import Footprint
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +75,7 @@ def phase_counts(evaluations: Iterable[FallbackEvaluation]) -> dict[Purpose, int
 class TensorRTSettings(Serializable):
     """What a TensorRT build of the mixed-precision model needs.
 
-    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.trtexec_command`. The
+    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.commands.trtexec_command`. The
     JSON form (the plan's ``tensorrt`` section) spells the settings out for both builds: strongly
     typed, builder flags, layer precisions and the two trtexec command lines.
 

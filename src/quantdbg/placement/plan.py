@@ -7,7 +7,7 @@ Placement follows TensorRT's explicit-quantization guidance:
   output (TensorRT propagates the DQ forward and the Q backward, so output Q/DQ would only block
   fusions). A weight is any input constants alone compute: held in a Constant node, behind a
   Transpose or a Cast of an initializer, or an initializer also listed as a graph input, it is
-  folded into an initializer first (:func:`quantdbg.model.fold_weights`; recorded in
+  folded into an initializer first (:func:`quantdbg.model.weights.fold_weights`; recorded in
   :attr:`QdqPlan.folded_weights`), so it is never calibrated as an activation;
 * the other input of an ``Add`` fed by a quantized Conv is quantized too, so Conv+Add fuse into one
   INT8 kernel (the ResNet residual);
@@ -26,17 +26,10 @@ import onnx_graphsurgeon as gs
 
 from quantdbg import _json
 from quantdbg.config import QuantConfig, TensorKind
-from quantdbg.model import (
-    WEIGHTED_OPS,
-    FoldedWeight,
-    LoadedModel,
-    check_node_globs,
-    constant_tensors,
-    fold_weights,
-    name_graph_nodes,
-    to_graph,
-)
-from quantdbg.model.graph import is_float, trans_b
+from quantdbg.model import LoadedModel
+from quantdbg.model.graph import is_float, to_graph, trans_b
+from quantdbg.model.names import check_node_globs, name_graph_nodes
+from quantdbg.model.weights import WEIGHTED_OPS, FoldedWeight, constant_tensors, fold_weights
 from quantdbg.quant_math import weight_axis
 
 DEFAULT_QUANT = QuantConfig()
@@ -114,7 +107,7 @@ class QdqPlan(_json.Serializable):
 def plan_qdq(model: onnx.ModelProto | LoadedModel, config: QuantConfig = DEFAULT_QUANT) -> QdqPlan:
     """Decides which (node, input) pairs get Q/DQ, before any calibration.
 
-    Unnamed nodes are named as :func:`quantdbg.model.name_nodes` names them, and weights that are
+    Unnamed nodes are named as :func:`quantdbg.model.names.name_nodes` names them, and weights that are
     not plain initializers are folded as :func:`quantdbg.model.load_model` folds them, so the plan
     matches the model :func:`insert_qdq` builds. The model is not modified.
 

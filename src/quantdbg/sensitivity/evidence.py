@@ -20,14 +20,8 @@ import numpy as np
 import onnx
 
 from quantdbg._json import Serializable
-from quantdbg.calibration import (
-    CollectConfig,
-    PercentileConfig,
-    TensorStats,
-    calibrator_amaxes,
-    collect_stats,
-    get_calibrator,
-)
+from quantdbg.calibration import CollectConfig, PercentileConfig, TensorStats, collect_stats
+from quantdbg.calibration.calibrators.base import calibrator_amaxes, get_calibrator
 from quantdbg.config import TensorKind
 from quantdbg.errors import QuantDbgError, QuantDbgWarning
 from quantdbg.model.graph import trans_b

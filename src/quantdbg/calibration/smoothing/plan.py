@@ -8,8 +8,8 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.calibration.smoothing.config import SmoothingConfig
 from quantdbg.calibration.smoothing.result import SkippedNode
-from quantdbg.model import check_node_globs, constant_values
-from quantdbg.model.graph import is_float, trans_b
+from quantdbg.model.graph import constant_values, is_float, trans_b
+from quantdbg.model.names import check_node_globs
 
 FLOAT = np.dtype(np.float32)
 

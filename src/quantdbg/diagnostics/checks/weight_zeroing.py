@@ -12,7 +12,7 @@ from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
-from quantdbg.model import tensor_array
+from quantdbg.model.external import tensor_array
 from quantdbg.model.graph import trans_b
 from quantdbg.qdq import QuantizedModel
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, zeroed_fraction
