@@ -17,8 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorrt_presence
 
-from quantdbg.backends.tensorrt import LatencyResult, LayerPrecision, ShapeRange, TrtConfig, parse_engine_info
+from quantdbg.backends.tensorrt import (
+    LatencyResult,
+    LayerPrecision,
+    ShapeRange,
+    TrtConfig,
+    parse_engine_info,
+    unavailable_reason,
+)
 from quantdbg.backends.tensorrt.config import resolve_profile
 from quantdbg.backends.tensorrt.inspector import precision_counts, type_of_format
 from quantdbg.errors import BackendError, ConfigError, FormatError
@@ -288,3 +296,8 @@ def test_blocked_tensorrt_names_the_extra():
 
 def _tests_dir() -> str:
     return str(Path(__file__).resolve().parents[1])
+
+
+def test_unavailable_reason_agrees_with_the_imports_and_the_device_query_made_here():
+    """The TensorRT tests skip on this reason: it must say what is really missing, or nothing."""
+    tensorrt_presence.check_agreement(unavailable_reason())

@@ -49,6 +49,8 @@ def test_met_with_an_evaluation_command_exits_0(files, capsys, tmp_path):
     assert result.outcome == "repaired" and result.metric == "command"
     assert result.fp32_value == pytest.approx(1.0)
     assert result.int8_value < 0.5 and 0.95 <= result.final_value < 1.0
+    # the calibrator choice meets the target: bias correction and equalization are not tried
+    assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [("calibrator", True, True)]
     lines = stdout.splitlines()
     assert lines[:2] == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in all)"]
     assert stdout.startswith("INT8 repaired by calibrator meets relative loss <= 5 % of 1: command 0.9")

@@ -10,9 +10,10 @@ import models_doctor
 import numpy as np
 import pytest
 
-from quantdbg.calibration import CalibrationResult, CollectConfig, Collector, TensorRange, collect_stats
+from quantdbg.calibration import CalibrationResult, CollectConfig, TensorRange, collect_stats
 from quantdbg.calibration.calibrators.base import get_calibrator
 from quantdbg.calibration.compare import histogram_sqnr
+from quantdbg.calibration.stats import Collector
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.diagnostics import CHECKS, DoctorConfig, DoctorReport, Evidence, Finding, Severity, diagnose
 from quantdbg.diagnostics.checks.base import CheckOutcome

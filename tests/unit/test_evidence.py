@@ -9,8 +9,9 @@ import pytest
 from onnx import numpy_helper
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.calibration import Collector, TensorStats
+from quantdbg.calibration import TensorStats
 from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration.stats import Collector
 from quantdbg.config import TensorKind
 from quantdbg.model import load_model
 from quantdbg.model.names import name_nodes

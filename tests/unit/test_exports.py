@@ -18,9 +18,9 @@ ROOT = Path(quantdbg.__file__).parent
 
 CEILING = 12
 """Most names a package lists; the few packages users work in most get more, below."""
-CEILINGS = {"quantdbg": 50, "quantdbg.calibration": 20, "quantdbg.calibration.calibrators": 15}
-SUBPACKAGES_CEILING = 140
-"""All names the sub-packages list together (they listed 334 when ``__all__`` was computed)."""
+CEILINGS = {"quantdbg": 50, "quantdbg.calibration": 24, "quantdbg.calibration.calibrators": 15}
+SUBPACKAGES_CEILING = 150
+"""All names the sub-packages list together (they listed 353 when ``__all__`` was computed)."""
 
 
 def _packages() -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Calibrator for activations read by an op type, e.g. Conv=entropy.")
     parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
                         help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
+    parser.add_argument("--bias-correction", action="store_true",
+                        help="Subtract from each quantized layer's bias the mean shift INT8 weight rounding "
+                             "adds to its output channels (one more pass over the data).")
+    parser.add_argument("--equalize", action="store_true",
+                        help="Cross-layer equalization first: rescale the channels of consecutive Conv/Gemm "
+                             "layers so their ranges balance (the FP32 function is unchanged).")
     add_execution_options(parser)
 
 
@@ -74,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace, outputs: dict[str, str | None]) -> int:
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
+    calib = replace(calib, bias_correction=args.bias_correction, equalize=args.equalize)
     calib = on_executor(calib, args, executor(args))
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")

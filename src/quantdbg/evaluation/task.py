@@ -11,16 +11,12 @@ Two kinds exist, and the analysis treats them differently because of cost:
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +28,7 @@ import onnx
 from quantdbg._fingerprint import array_digest, digest, file_digest
 from quantdbg.errors import BackendError, ConfigError, DataError
 from quantdbg.evaluation.metrics import HIGHER_IS_BETTER, MetricName, check_metric_name
+from quantdbg.execution.command import run_in_own_group
 from quantdbg.model import save_model
 
 Outputs = Mapping[str, np.ndarray]
@@ -417,6 +414,8 @@ class CommandMetric(TaskMetric):
         except subprocess.TimeoutExpired as err:
             raise BackendError(f"Evaluation command {self.command!r} timed out after "
                                f"{self.timeout} s.") from err
+        except ChildProcessError as err:
+            raise BackendError(f"Evaluation command {self.command!r}: {err}.") from err
         if done.returncode != 0:
             tail = _last_line(done.stderr) or _last_line(done.stdout) or "no output"
             raise BackendError(f"Evaluation command {self.command!r} exited with status {done.returncode}: "
@@ -443,41 +442,6 @@ def _check_dep(dep: str | os.PathLike, cwd: str | os.PathLike | None) -> Path:
         raise ConfigError(f"Evaluation dependency {os.fspath(dep)!r} is {what}; name each file the "
                           "evaluation command reads (--evaluate-deps FILE ...).")
     return Path(dep)
-
-
-def run_in_own_group(argv: Sequence[str], timeout: float | None,
-                     cwd: str | os.PathLike | None) -> subprocess.CompletedProcess[str]:
-    """Runs ``argv`` in a process group of its own and kills the whole group when the wait ends
-    early (a timeout, Ctrl-C, SIGTERM): nothing the command started outlives the run. On Linux the
-    command also dies with this process, should it be killed outright (SIGKILL).
-
-    Raises:
-        subprocess.TimeoutExpired: ``timeout`` passed (the group is killed first).
-        OSError: The program cannot be started.
-    """
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                               start_new_session=True, preexec_fn=_die_with_parent())
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to SIGKILL the child when this process dies (None elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the hook itself only makes one call
-    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
-
-    def hook() -> None:
-        libc.prctl(set_parent_death_signal, int(signal.SIGKILL))
-
-    return hook
 
 
 def _last_line(text: str) -> str:

@@ -10,12 +10,18 @@ models on the way) -> ``repairs`` (the INT8 repairs, each a pass with a frozen c
 ``quantdbg.auto(model, calib, evals, target)`` is :func:`auto`; :func:`apply_recipe` re-applies a
 recipe to a re-exported model.
 """
-from quantdbg.pipeline.config import AutoConfig, CalibratorRepairConfig, SmoothQuantRepairConfig
+from quantdbg.pipeline.config import (
+    AutoConfig,
+    BiasCorrectionRepairConfig,
+    CalibratorRepairConfig,
+    EqualizeRepairConfig,
+    SmoothQuantRepairConfig,
+)
 from quantdbg.pipeline.flow import auto
 from quantdbg.pipeline.recipe import AutoRecipe, apply_recipe, read_recipe
 from quantdbg.pipeline.result import AutoResult
 
 __all__ = [
-    "AutoConfig", "AutoRecipe", "AutoResult", "CalibratorRepairConfig", "SmoothQuantRepairConfig",
-    "apply_recipe", "auto", "read_recipe",
+    "AutoConfig", "AutoRecipe", "AutoResult", "BiasCorrectionRepairConfig", "CalibratorRepairConfig",
+    "EqualizeRepairConfig", "SmoothQuantRepairConfig", "apply_recipe", "auto", "read_recipe",
 ]

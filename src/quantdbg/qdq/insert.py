@@ -8,7 +8,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from quantdbg.calibration import CalibrationResult
+from quantdbg.calibration import CalibrationResult, equalize
+from quantdbg.calibration.bias_correction import apply_bias_corrections
 from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import ModelError, NotCalibratedError, unknown
 from quantdbg.model.graph import constant_values, to_graph, to_model
@@ -31,6 +32,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
     group uses the largest amax of its members). Weights stay FP32 initializers followed by
     QuantizeLinear -> DequantizeLinear with per-channel scales ``channel amax / 127``, so the
     INT8 values lie in [-127, 127]; TensorRT and ONNX Runtime fold the pair into INT8 weights.
+    A calibration made with ``equalize`` is applied to the equalized model, and one with bias
+    corrections gives each quantized layer its corrected bias (the excluded ones keep theirs).
 
     Args:
         model: The FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
@@ -51,6 +54,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
     loaded = as_loaded(model)
+    if calibration.config.equalize:  # the ranges are those of the equalized model (idempotent)
+        loaded = equalize(loaded).model
     fp_model = loaded.proto
     plan = plan if plan is not None else plan_qdq(loaded, config)
     check_names("quantizable node", exclude, plan.layers)
@@ -68,6 +73,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
         else:
             scale, method = scales[target.tensor]
         records.append(_insert_pair(graph, node, target, scale, method, names))
+    if calibration.bias_correction is not None:
+        apply_bias_corrections(graph, calibration.bias_correction, {r.node for r in records}, names)
     qmodel = to_model(graph, like=fp_model)
     _checked(qmodel)
     return QuantizedModel(qmodel, tuple(records), calibration)
