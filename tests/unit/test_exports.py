@@ -112,6 +112,13 @@ def test_top_level_dir_is_the_api_and_the_version_only():
     assert shown == sorted([*listed, "__version__"])
 
 
+def test_the_top_level_resolves_exactly_the_names_it_lists():
+    lazy = [name for names in quantdbg._HOMES.values() for name in names]
+    assert sorted(lazy) == quantdbg.__all__
+    with pytest.raises(AttributeError, match=r"^module 'quantdbg' has no attribute 'collect_stats'$"):
+        quantdbg.collect_stats  # noqa: B018  (public in quantdbg.calibration, not at the top)
+
+
 def test_the_literal_checker_refuses_computed_and_extended_lists(tmp_path):
     init = tmp_path / "__init__.py"
     for source in ("__all__ = sorted(['b', 'a'])\n", "__all__ = ['a']\n__all__ += ['b']\n",
