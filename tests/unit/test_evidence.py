@@ -11,20 +11,20 @@ from onnx import numpy_helper
 
 from quantdbg._journal import Journal
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.calibration import Collector, TensorStats, calibrator_amaxes
+from quantdbg.calibration import TensorStats
+from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration.stats import Collector
 from quantdbg.config import TensorKind
-from quantdbg.model import load_model, name_nodes
+from quantdbg.model import load_model
+from quantdbg.model.names import name_nodes
 from quantdbg.qdq import QdqRecord
 from quantdbg.sensitivity import (
-    EvidenceReport,
-    JournaledEvaluator,
     LayerEvidence,
     SensitivityConfig,
     VariantEvaluator,
-    analyze_evidence,
-    analyze_variants,
     suggest_calibrators,
 )
+from quantdbg.sensitivity.analyze import analyze_evidence, analyze_variants
 from quantdbg.sensitivity.evidence import (
     _distinct,
     calibrator_variants,
@@ -33,7 +33,9 @@ from quantdbg.sensitivity.evidence import (
     outlier_ratio,
     weight_evidence,
 )
+from quantdbg.sensitivity.journaled import JournaledEvaluator
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph
+from quantdbg.sensitivity.report import EvidenceReport
 
 
 def _record(w_scale: np.ndarray, axis: int | None, op: str = "MatMul") -> QdqRecord:

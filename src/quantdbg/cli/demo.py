@@ -10,14 +10,14 @@ from pathlib import Path
 
 import onnx
 
-from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, profile_config
 from quantdbg.cli._options import show_progress
 from quantdbg.cli._paths import check_folder, claim_folder
+from quantdbg.cli.app import add_command
 from quantdbg.data import DEFAULT_BATCH_SIZE
 from quantdbg.demo import DEMO_MIN_SQNR_DB, EXPORT_FILES, RUN_FILES, export_demo, load_embedded, run_demo
 from quantdbg.errors import ConfigError
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
