@@ -18,14 +18,9 @@ import numpy as np
 from quantdbg import _json
 from quantdbg._fingerprint import digest
 from quantdbg._journal import Journal
-from quantdbg.calibration import (
-    CalibrationResult,
-    CollectConfig,
-    calibrate,
-    collect_stats,
-    correct_biases,
-    equalize,
-)
+from quantdbg.calibration import CalibrationResult, CollectConfig, calibrate, collect_stats
+from quantdbg.calibration.bias_correction import correct_biases
+from quantdbg.calibration.equalization import equalize
 from quantdbg.calibration.smoothing.measure import collect_channel_absmax
 from quantdbg.config import CalibConfig
 from quantdbg.data import CalibrationData

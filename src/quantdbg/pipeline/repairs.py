@@ -109,18 +109,47 @@ class _KeepRule(Protocol):
 SettingsT = TypeVar("SettingsT", bound=_KeepRule)
 
 
-class _Settings(Generic[SettingsT]):
-    """Holds a pass's settings and the improvement it must bring to be kept."""
+class _Pass(Generic[SettingsT]):
+    """A repair pass: its settings, the improvement it must bring to be kept, and its one ``apply``.
+
+    Args:
+        config: Its settings.
+    """
+
+    name: Repair
 
     def __init__(self, config: SettingsT) -> None:
         self.config = config
         self.min_improvement = config.min_improvement
 
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """The repaired stage proposed for ``stage``, or why the repair does not apply.
 
-class _Gate(_Settings[EqualizeRepairConfig | BiasCorrectionRepairConfig]):
+        Args:
+            stage: The model to repair.
+            context: Runs the stored passes the repair needs (evidence, calibration, measurements).
+
+        Returns:
+            The proposal; no stage when the repair does not apply (or its gate says it brings the
+            outputs no closer to FP32).
+
+        Raises:
+            ModelError: SmoothQuant: a ``smoothing.nodes``/``exclude`` glob matches no node.
+        """
+        return self._checked(self._propose(stage, context), stage, context)
+
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        raise NotImplementedError
+
+    def _checked(self, proposal: Proposal, stage: Stage, context: AutoContext) -> Proposal:
+        """The proposal to evaluate (ungated passes: as proposed)."""
+        return proposal
+
+
+class _Gate(_Pass[EqualizeRepairConfig | BiasCorrectionRepairConfig]):
     """A pass whose repaired model is evaluated only when its outputs are closer to FP32."""
 
-    def gated(self, proposal: Proposal, stage: Stage, context: AutoContext) -> Proposal:
+    def _checked(self, proposal: Proposal, stage: Stage, context: AutoContext) -> Proposal:
         """``proposal`` when its outputs' SQNR against FP32 on the first samples beats ``stage``'s by more
         than ``min_sqnr_gain``; else the same without its stage (not evaluated), saying why."""
         gain, samples = self.config.min_sqnr_gain, self.config.gate_samples
@@ -150,25 +179,15 @@ def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) 
     return replace(config, per_tensor={**exact, **kept})
 
 
-class CalibratorRepair(_Settings[CalibratorRepairConfig]):
-    """Per-tensor calibrator choice from the sensitivity evidence.
-
-    Args:
-        config: Its settings.
-    """
+class CalibratorRepair(_Pass[CalibratorRepairConfig]):
+    """Per-tensor calibrator choice from the sensitivity evidence."""
 
     name: Repair = "calibrator"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage`` with each tensor's best calibrator (the ranges from its statistics).
-
-        Args:
-            stage: The model to repair (its calibration holds histograms for every tensor).
-            context: Collects the evidence (a stored pass: the calibrator comparison alone, no ranking).
-
-        Returns:
-            The proposal; no stage when every tensor already has its best calibrator.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage`` with each tensor's best calibrator, the ranges re-derived from its statistics (it holds
+        histograms for every tensor); the evidence is a stored pass (the calibrator comparison alone, no
+        ranking). No stage when every tensor already has its best calibrator."""
         report = context.evidence(stage)
         suggested = suggest_calibrators(report, only_changes=False)
         # suggest_calibrators names each tensor by its exact-match glob
@@ -214,28 +233,15 @@ def _choices(report: EvidenceReport, before: Stage, after: Stage,
     return tuple(found)
 
 
-class SmoothQuantRepair(_Settings[SmoothQuantRepairConfig]):
-    """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels.
-
-    Args:
-        config: Its settings.
-    """
+class SmoothQuantRepair(_Pass[SmoothQuantRepairConfig]):
+    """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels."""
 
     name: Repair = "smoothquant"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated.
-
-        Args:
-            stage: The model to repair.
-            context: Measures the per-channel ranges and calibrates the smoothed model (stored passes).
-
-        Returns:
-            The proposal; no stage when no MatMul/Gemm reads an activation with outlier channels.
-
-        Raises:
-            ModelError: A ``smoothing.nodes``/``exclude`` glob matches no node.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated (the
+        per-channel ranges and the calibration are stored passes). No stage when no MatMul/Gemm reads an
+        activation with outlier channels."""
         base = self.config.smoothing
         tensors = smoothing_targets(stage.fp, base)
         if not tensors:
@@ -283,24 +289,13 @@ def _carry_choices(stage: Stage, migrations: Sequence[Migration]) -> CalibConfig
 
 
 class EqualizeRepair(_Gate):
-    """Cross-layer equalization of consecutive Conv/Gemm layers, then a calibration of the equalized model.
-
-    Args:
-        config: Its settings.
-    """
+    """Cross-layer equalization of consecutive Conv/Gemm layers, then a calibration of the equalized model."""
 
     name: Repair = "equalize"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage``'s FP32 model equalized and calibrated again (a stored pass).
-
-        Args:
-            stage: The model to repair.
-            context: Calibrates the equalized model.
-
-        Returns:
-            The proposal; no stage when no pair of layers needs rescaling.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage``'s FP32 model equalized and calibrated again (a stored pass). No stage when no pair of
+        layers needs rescaling."""
         if stage.calib_config.equalize:
             return Proposal(self.name, None, "the model is equalized already")
         found = equalize(stage.fp)
@@ -310,31 +305,19 @@ class EqualizeRepair(_Gate):
                             "or nothing) has channels to balance")
         repaired = context.stage(found.model, replace(stage.calib_config, equalize=True), stage.smoothing)
         worst = max(pairs, key=lambda p: p.imbalance_before)
-        return self.gated(Proposal(self.name, repaired, f"equalized {len(pairs)} pair(s) of layers (most "
-                                   f"unbalanced: {worst.first} -> {worst.second}, largest over smallest "
-                                   f"channel range ratio {worst.imbalance_before:.3g} -> "
-                                   f"{worst.imbalance_after:.3g})"), stage, context)
+        return Proposal(self.name, repaired, f"equalized {len(pairs)} pair(s) of layers (most unbalanced: "
+                        f"{worst.first} -> {worst.second}, largest over smallest channel range ratio "
+                        f"{worst.imbalance_before:.3g} -> {worst.imbalance_after:.3g})")
 
 
 class BiasCorrectionRepair(_Gate):
-    """The mean shift INT8 weight rounding adds to each output channel, taken out of the biases.
-
-    Args:
-        config: Its settings.
-    """
+    """The mean shift INT8 weight rounding adds to each output channel, taken out of the biases."""
 
     name: Repair = "bias_correction"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage`` with its biases corrected (one stored pass measures the corrections).
-
-        Args:
-            stage: The model to repair.
-            context: Measures the corrections.
-
-        Returns:
-            The proposal; no stage when no quantized layer's bias can be corrected.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage`` with its biases corrected (one stored pass measures the corrections). No stage when no
+        quantized layer's bias can be corrected."""
         if stage.calibration.bias_correction is not None:
             return Proposal(self.name, None, "the biases are corrected already")
         repaired = context.bias_corrected(stage)
@@ -344,9 +327,8 @@ class BiasCorrectionRepair(_Gate):
         if not found.corrections:
             return Proposal(self.name, None, f"no quantized layer's bias can be corrected{skipped}")
         top = max(found.corrections, key=lambda c: float(np.abs(c.shift).max()))
-        return self.gated(Proposal(self.name, repaired, f"corrected the biases of {len(found.corrections)} "
-                                   f"layer(s) (largest mean shift {float(np.abs(top.shift).max()):.3g} in "
-                                   f"{top.node}){skipped}"), stage, context)
+        return Proposal(self.name, repaired, f"corrected the biases of {len(found.corrections)} layer(s) "
+                        f"(largest mean shift {float(np.abs(top.shift).max()):.3g} in {top.node}){skipped}")
 
 
 REPAIR_PASSES: Mapping[Repair, Callable[[AutoConfig], RepairPass]] = MappingProxyType({
