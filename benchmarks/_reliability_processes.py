@@ -1,0 +1,105 @@
+"""The grandchildren cases of ``reliability.py``: nothing an evaluation started outlives the run.
+
+The ``--evaluate`` command (``tree.py``) starts a tree of processes and sleeps: a grandchild with a
+child of its own, a shell background job (the shell exits at once, orphaning it), and a grandchild
+that leaves the process group for a session of its own (``setsid``, as a daemon does). Once every
+one of them runs, ``quantdbg`` (analyze, fallback, auto, analyze with ``--jobs 2``) is SIGKILLed,
+or stopped with SIGTERM / SIGINT; a process of the tree still running a few seconds later is a
+survivor.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TREE = """import os, subprocess, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+roles = ("grandchild", "great-grandchild", "shell-job", "own-session")
+role = sys.argv[1] if sys.argv[1] in roles else "child"
+open(os.path.join(here, "tree", role + "." + str(os.getpid())), "w").close()
+me = [sys.executable, os.path.abspath(__file__)]
+if role == "child":
+    subprocess.Popen(me + ["grandchild"])
+    subprocess.Popen(["sh", "-c", " ".join(me + ["shell-job"]) + " &"])
+    subprocess.Popen(me + ["own-session"], start_new_session=True)
+elif role == "grandchild":
+    subprocess.Popen(me + ["great-grandchild"])
+time.sleep(600)
+"""
+ROLES = ("child", "grandchild", "great-grandchild", "shell-job", "own-session")
+
+EVALUATE = f"{shlex.quote(sys.executable)} tree.py {{model}}"
+CASES = [
+    ("analyze --mode isolated", signal.SIGKILL,
+     ["analyze", "q.onnx", "--fp32", "m.onnx", "--eval", "eval.npz", "--mode", "isolated", "--no-evidence",
+      "--evaluate", EVALUATE, "--out", "t.json"]),
+    ("analyze --mode isolated --jobs 2", signal.SIGKILL,
+     ["analyze", "q.onnx", "--fp32", "m.onnx", "--eval", "eval.npz", "--mode", "isolated", "--no-evidence",
+      "--jobs", "2", "--evaluate", EVALUATE, "--out", "t.json"]),
+    ("fallback", signal.SIGKILL, ["fallback", "m.onnx", "--data", "calib.npz", "--eval", "eval.npz",
+                                  "--evaluate", EVALUATE, "--max-rel-loss", "1", "--out", "t.onnx",
+                                  "--plan", "t.json"]),
+    ("auto", signal.SIGKILL, ["auto", "m.onnx", "--data", "calib.npz", "--eval", "eval.npz", "--evaluate",
+                              EVALUATE, "--max-rel-loss", "1", "--out", "t.onnx", "--plan", "t.json"]),
+    ("analyze --mode isolated", signal.SIGTERM,
+     ["analyze", "q.onnx", "--fp32", "m.onnx", "--eval", "eval.npz", "--mode", "isolated", "--no-evidence",
+      "--evaluate", EVALUATE, "--out", "t.json"]),
+    ("analyze --mode isolated", signal.SIGINT,
+     ["analyze", "q.onnx", "--fp32", "m.onnx", "--eval", "eval.npz", "--mode", "isolated", "--no-evidence",
+      "--evaluate", EVALUATE, "--out", "t.json"]),
+]
+
+
+def run_process_cases(work: Path) -> list[tuple[str, ...]]:
+    """One row per case: the processes of the tree left running after the signal."""
+    (work / "tree.py").write_text(TREE)
+    rows = []
+    for what, signum, argv in CASES:
+        tree = work / "tree"
+        tree.mkdir(exist_ok=True)
+        for path in tree.iterdir():
+            path.unlink()
+        process = subprocess.Popen([sys.executable, "-m", "quantdbg", *argv], cwd=work,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        pids = _wait_for_tree(tree, process)
+        process.send_signal(signum)
+        process.communicate(timeout=120)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(alive(pid) for _, pid in pids):
+            time.sleep(0.1)
+        left = [(role, pid) for role, pid in pids if alive(pid)]
+        for _, pid in left:
+            os.kill(pid, signal.SIGKILL)
+        verdict = f"WRONG ACCEPTED ({len(left)} left running)" if left else "ok"
+        survivors = ", ".join(sorted(role for role, _ in left)) or "none"
+        rows.append(("grandchildren", f"{signal.Signals(signum).name} of {what}", f"all {len(pids)} end",
+                     str(process.returncode), survivors, "none", verdict))
+        for path in work.glob("t.*"):
+            path.unlink()
+    return rows
+
+
+def _wait_for_tree(tree: Path, process: subprocess.Popen[str]) -> list[tuple[str, int]]:
+    """(role, pid) of every process started, once every role of an evaluation's tree runs."""
+    while True:
+        found = [(name.split(".")[0], int(name.split(".")[1])) for name in os.listdir(tree)]
+        if set(ROLES) <= {role for role, _ in found}:
+            return found
+        if process.poll() is not None:
+            raise RuntimeError(f"quantdbg ended before its evaluation started its tree: "
+                               f"{process.communicate()[1][-500:]}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a killed process waiting to be reaped, state Z, has stopped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
