@@ -29,7 +29,7 @@ if role == "child":
     subprocess.Popen(me + ["own-session"], start_new_session=True)
 elif role == "grandchild":
     subprocess.Popen(me + ["great-grandchild"])
-time.sleep(600)
+time.sleep(300)
 """
 ROLES = ("child", "grandchild", "great-grandchild", "shell-job", "own-session")
 
@@ -64,27 +64,46 @@ def run_process_cases(work: Path) -> list[tuple[str, ...]]:
         tree.mkdir(exist_ok=True)
         for path in tree.iterdir():
             path.unlink()
-        process = subprocess.Popen([sys.executable, "-m", "quantdbg", *argv], cwd=work,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        pids = _wait_for_tree(tree, process)
+        err = work / "tree.err"  # a file, not a pipe: what outlives quantdbg must not hold up the wait
+        with err.open("w") as stderr:
+            process = subprocess.Popen([sys.executable, "-m", "quantdbg", *argv], cwd=work,
+                                       stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        pids = _wait_for_tree(tree, process, err)
         process.send_signal(signum)
-        process.communicate(timeout=120)
+        hung = _ends(process, HANG_AFTER)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and any(alive(pid) for _, pid in pids):
             time.sleep(0.1)
-        left = [(role, pid) for role, pid in pids if alive(pid)]
+        left = [(role, pid) for role, pid in pids if alive(pid)] + _workers(work)
         for _, pid in left:
             os.kill(pid, signal.SIGKILL)
-        verdict = f"WRONG ACCEPTED ({len(left)} left running)" if left else "ok"
+        problems = ([f"{len(left)} left running"] if left else []) + (
+            [f"quantdbg still running {HANG_AFTER:g} s after the signal"] if hung else [])
+        verdict = f"WRONG ACCEPTED ({'; '.join(problems)})" if problems else "ok"
         survivors = ", ".join(sorted(role for role, _ in left)) or "none"
         rows.append(("grandchildren", f"{signal.Signals(signum).name} of {what}", f"all {len(pids)} end",
-                     str(process.returncode), survivors, "none", verdict))
+                     "-" if hung else str(process.returncode), f"left running: {survivors}", "none", verdict))
         for path in work.glob("t.*"):
             path.unlink()
     return rows
 
 
-def _wait_for_tree(tree: Path, process: subprocess.Popen[str]) -> list[tuple[str, int]]:
+HANG_AFTER = 60.0
+"""Seconds quantdbg gets to exit after the signal (a process of the tree may hold its pipes)."""
+
+
+def _ends(process: subprocess.Popen[str], seconds: float) -> bool:
+    """Waits for ``process``; True when it was still running after ``seconds`` (then it is killed)."""
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return True
+    return False
+
+
+def _wait_for_tree(tree: Path, process: subprocess.Popen[str], err: Path) -> list[tuple[str, int]]:
     """(role, pid) of every process started, once every role of an evaluation's tree runs."""
     while True:
         found = [(name.split(".")[0], int(name.split(".")[1])) for name in os.listdir(tree)]
@@ -92,8 +111,23 @@ def _wait_for_tree(tree: Path, process: subprocess.Popen[str]) -> list[tuple[str
             return found
         if process.poll() is not None:
             raise RuntimeError(f"quantdbg ended before its evaluation started its tree: "
-                               f"{process.communicate()[1][-500:]}")
+                               f"{err.read_text()[-500:]}")
         time.sleep(0.05)
+
+
+def _workers(work: Path) -> list[tuple[str, int]]:
+    """("quantdbg worker", pid) of each quantdbg process still running in ``work`` (a worker the
+    signalled run forked, which could start more evaluations)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            here = os.readlink(entry / "cwd") == str(work)
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if here and b"quantdbg" in argv and alive(int(entry.name)):
+            found.append(("quantdbg worker", int(entry.name)))
+    return found
 
 
 def alive(pid: int) -> bool:

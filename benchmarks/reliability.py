@@ -422,7 +422,9 @@ def _scales(path: Path) -> dict[str, float] | None:
     return _scales_of(json.loads(path.read_text())) if path.is_file() else None
 
 
-def _scales_of(entries: dict[str, Any]) -> dict[str, float]:
+def _scales_of(doc: dict[str, Any]) -> dict[str, float]:
+    """Tensor -> scale of a scales file (tagged ``quantdbg.scales/1`` with its ``tensors``, or untagged)."""
+    entries = doc["tensors"] if "format" in doc else doc
     return {name: entry["scale"] for name, entry in entries.items()}
 
 
