@@ -181,6 +181,7 @@ def _case(work: Path, run: Run, what: tuple[str, str], argv: list[str], change: 
         expected = "documented limit, not counted"
     if status not in (0, 1):
         verdict = "TRACEBACK" if status == -1 else ("WRONGLY REFUSED" if case == CONTROL else "ok")
+        verdict = f"not counted: {verdict}" if case == UNLISTED else verdict
         return ("resume", f"{command}: {case}", expected, str(status), _short(line, work), "refused", verdict)
     if baseline is None or tuple(argv) not in baseline:
         found = _fresh(work, run, argv, result)
