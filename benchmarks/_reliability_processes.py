@@ -4,8 +4,9 @@ The ``--evaluate`` command (``tree.py``) starts a tree of processes and sleeps: 
 child of its own, a shell background job (the shell exits at once, orphaning it), and a grandchild
 that leaves the process group for a session of its own (``setsid``, as a daemon does). Once every
 one of them runs, ``quantdbg`` (analyze, fallback, auto, analyze with ``--jobs 2``) is SIGKILLed,
-or stopped with SIGTERM / SIGINT; a process of the tree still running a few seconds later is a
-survivor.
+or stopped with SIGTERM / SIGINT; a process of the tree (or a quantdbg worker it forked) still
+running 5 s after quantdbg ended is a survivor, and quantdbg still running 60 s after the signal
+(a survivor holding its pipes) is wrong too.
 """
 from __future__ import annotations
 

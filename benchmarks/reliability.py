@@ -6,12 +6,15 @@ appeared. Then each reader gets N randomly mutated documents (a value replaced, 
 text cut short) and the model loader N randomly mutated protobufs; anything but the library's own
 errors counts as an escape. Then outputs aimed at files a command reads or writes (a model's
 external data file, the --evaluate script, ``OUT.onnx.data``, the demo's files), two runs on one
-output, and a disk that fills (ENOSPC at the n-th file) or turns read-only (EROFS) mid-run, each
-counted as tried / tracebacks / inputs changed / wrong results accepted. Prints Markdown tables
-(the Reliability section of RESULTS.md)::
+output, a disk that fills (ENOSPC at the n-th file) or turns read-only (EROFS) mid-run, hostile
+node names and paths in the generated build commands (``_reliability_names.py``), a resume after
+an input or the journal changed (``_reliability_resume.py``) and what an ``--evaluate`` command
+started, after a signal (``_reliability_processes.py``), each counted as tried / tracebacks /
+inputs changed / wrong results accepted. Prints Markdown tables (the Reliability section of
+RESULTS.md)::
 
     python benchmarks/reliability.py --mutations 1000 > /tmp/reliability.md
-    python benchmarks/reliability.py --categories paths concurrent disk
+    python benchmarks/reliability.py --categories paths concurrent disk names resume grandchildren
 """
 from __future__ import annotations
 
