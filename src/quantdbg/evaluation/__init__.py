@@ -1,6 +1,7 @@
 """Evaluation: how a variant's outputs compare with FP32 (output metrics) and what the user's task
 says of it (task metrics: accuracy, a callable, an external command)."""
 from quantdbg._exports import public_names as _public_names
+from quantdbg.evaluation import travel as _travel  # noqa: F401  (registers how commands travel)
 from quantdbg.evaluation.metrics import METRIC_NAMES as METRIC_NAMES
 from quantdbg.evaluation.metrics import Comparison as Comparison
 from quantdbg.evaluation.metrics import MetricAccumulator as MetricAccumulator

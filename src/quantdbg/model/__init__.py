@@ -10,9 +10,11 @@
 * :mod:`~quantdbg.model.external`: weights kept in their data file, read on demand;
 * :mod:`~quantdbg.model.staging`: ONNX Runtime sessions and the checker without >2 GB messages;
 * :mod:`~quantdbg.model.save`: atomic saving, with a data file for large models (:class:`SaveConfig`);
-* :mod:`~quantdbg.model.footprint`: a run's model weight bytes and peak memory (:class:`Footprint`).
+* :mod:`~quantdbg.model.footprint`: a run's model weight bytes and peak memory (:class:`Footprint`);
+* :mod:`~quantdbg.model.travel`: a lazy model's data files travel with it to cluster nodes.
 """
 from quantdbg._exports import public_names as _public_names
+from quantdbg.model import travel as _travel  # noqa: F401  (registers how lazy models travel)
 from quantdbg.model.external import fits_in_protobuf as fits_in_protobuf
 from quantdbg.model.external import is_external as is_external
 from quantdbg.model.external import model_bytes as model_bytes
