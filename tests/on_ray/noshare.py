@@ -5,8 +5,8 @@ in a mount namespace of its own (``unshare --mount``) with an empty tmpfs over e
 hidden: the temporary folder (where the tests' and the driver's files live) and the tests folder.
 What the worker node still sees is what a real cluster node has installed: Python, quantdbg, Ray.
 Both nodes get Ray's temporary folder of their own (the worker's inside its tmpfs), their own ports,
-and token authentication. Used by the tests of ``test_no_shared_fs.py`` and by
-``benchmarks/ray.py --no-shared-fs``.
+and token authentication when this user has a Ray token (as ``ray start --head`` would). Used by
+the tests of ``test_no_shared_fs.py`` and by ``benchmarks/ray.py --no-shared-fs``.
 """
 from __future__ import annotations
 
@@ -66,8 +66,14 @@ def _ports() -> list[str]:
     return [f"--{name}={_free_port()}" for name in names]
 
 
+def _auth_mode() -> str:
+    """Token authentication when this user has a Ray token (``ray start --head``'s own rule), else none."""
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
+    return "token" if os.environ.get("RAY_AUTH_TOKEN") or Path(path).is_file() else "disabled"
+
+
 def _environment() -> dict[str, str]:
-    return {**os.environ, "RAY_worker_niceness": "0", "RAY_AUTH_MODE": "token",
+    return {**os.environ, "RAY_worker_niceness": "0", "RAY_AUTH_MODE": _auth_mode(),
             "RAY_agent_register_timeout_ms": str(START_SECONDS * 1000)}
 
 
@@ -149,10 +155,11 @@ def cluster(hidden: Sequence[Path], cpus: int = 2) -> Iterator[str]:
 
 
 def _connect(ray, address: str) -> None:
-    """``ray.init`` of this cluster, with token authentication on as the nodes have it. Ray reads the
-    mode once, at import; its own local ``ray.init`` turns it on the same way."""
-    os.environ["RAY_AUTH_MODE"] = "token"
-    ray._raylet.Config.initialize("")
+    """``ray.init`` of this cluster, with token authentication on when the nodes have it. Ray reads
+    the mode once, at import; its own local ``ray.init`` turns it on the same way."""
+    if _auth_mode() == "token":
+        os.environ["RAY_AUTH_MODE"] = "token"
+        ray._raylet.Config.initialize("")
     ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
 
 
