@@ -22,7 +22,10 @@ from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.pipeline import AutoConfig, AutoRecipe, read_recipe
 from quantdbg.pipeline.build import MODEL_PLACEHOLDER
 
-CONFIG = AutoConfig(threads=1, fallback=FallbackConfig(precision=Precision.FP32))
+# The scenarios are planted for the calibrator choice and SmoothQuant (equalization and bias correction
+# have their own flow tests in test_auto_equalize_bias.py).
+CONFIG = AutoConfig(threads=1, repairs=("calibrator", "smoothquant"),
+                    fallback=FallbackConfig(precision=Precision.FP32))
 
 
 def _dq_fed(model: onnx.ModelProto) -> dict[str, bool]:

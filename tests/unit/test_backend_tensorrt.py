@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorrt_presence
 
 from quantdbg.backends.tensorrt import (
     LatencyResult,
@@ -27,6 +28,7 @@ from quantdbg.backends.tensorrt import (
     precision_counts,
     resolve_profile,
     type_of_format,
+    unavailable_reason,
 )
 from quantdbg.errors import BackendError, ConfigError, FormatError
 from quantdbg.model import TensorSpec
@@ -295,3 +297,8 @@ def test_blocked_tensorrt_names_the_extra():
 
 def _tests_dir() -> str:
     return str(Path(__file__).resolve().parents[1])
+
+
+def test_unavailable_reason_agrees_with_the_imports_and_the_device_query_made_here():
+    """The TensorRT tests skip on this reason: it must say what is really missing, or nothing."""
+    tensorrt_presence.check_agreement(unavailable_reason())

@@ -22,7 +22,13 @@ def test_usage_error_is_one_line_with_status_2(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("quantdbg calibrate: error: the following arguments are required: MODEL")
+    assert err.startswith("quantdbg calibrate: error: the following arguments are required: --data, "
+                          "-o/--out/--output (see")
+    with pytest.raises(SystemExit) as exit_info:  # MODEL, or ModelOpt's --onnx_path
+        main(["calibrate", "--data", "c.npz", "-o", "o.onnx"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("quantdbg calibrate: error: the following arguments are required: "
+                                       "MODEL (see `quantdbg calibrate --help`)\n")
 
 
 def test_unknown_command_is_one_line(capsys):

@@ -48,6 +48,8 @@ def test_met_with_an_evaluation_command_exits_0(files, capsys, tmp_path):
     assert result.outcome == "repaired" and result.metric == "command"
     assert result.fp32_value == pytest.approx(1.0)
     assert result.int8_value < 0.5 and 0.95 <= result.final_value < 1.0
+    # the calibrator choice meets the target: bias correction and equalization are not tried
+    assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [("calibrator", True, True)]
     lines = stdout.splitlines()
     assert lines[:2] == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in all)"]
     assert stdout.startswith("INT8 repaired by calibrator meets relative loss <= 5 % of 1: command 0.9")
@@ -124,13 +126,12 @@ def test_bad_input_is_one_line_with_status_2(files, capsys, tmp_path):
     base = ("auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval", files / "eval.npz")
     outputs = ("--out", tmp_path / "m.onnx", "--plan", tmp_path / "p.json")
     assert _error(capsys, *base, "--metric", "sqnr", *outputs) == (
-        "quantdbg auto: error: one of the arguments --max-rel-loss --min-metric is required (see `quantdbg "
-        "auto "
-        "--help`)\n")
-    assert _error(capsys, *base, "--max-rel-loss", "1", *outputs) == (
-        "quantdbg auto: error: one of the arguments --evaluate --metric --labels is required (see `quantdbg "
-        "auto "
-        "--help`)\n")
+        "quantdbg auto: error: one of the arguments --min-metric --max-rel-loss --min-sqnr is required (see "
+        "`quantdbg auto --help`)\n")
+    assert main([str(a) for a in (*base, "--max-rel-loss", "1", *outputs)]) == 2  # --min-sqnr needs no metric
+    assert capsys.readouterr().err == (
+        "quantdbg auto: error: --min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
+        "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the output SQNR).\n")
     assert _error(capsys, *base, "--metric", "sqnr", "--max-rel-loss", "1", "--repairs", "bias", *outputs) \
         .startswith("quantdbg auto: error: argument --repairs: invalid choice: 'bias' (choose from ")
     cases = [

@@ -17,7 +17,7 @@ from quantdbg.backends.tensorrt import EngineBuildSpec, build_commands
 from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import add_data_option, add_out_option, show_progress
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import CommandMetric
@@ -77,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_paths({"PLAN": args.plan, **inputs_of(args)}, {"--out": args.out})
+    with claim_outputs(args, {"--out": args.out}, models={"--out"}, inputs={"PLAN": args.plan}):
+        return _apply(args)
+
+
+def _apply(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     metric = _gate(args)

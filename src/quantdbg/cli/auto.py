@@ -23,22 +23,26 @@ from quantdbg.cli._options import (
     READY_METRICS,
     add_data_option,
     add_execution_options,
+    add_method_option,
+    add_model_argument,
     add_out_option,
     add_quant_options,
+    add_target_options,
     eval_data,
     executor,
+    fallback_target,
     on_executor,
     quant_config,
     show_progress,
     task_metric,
 )
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
-from quantdbg.fallback import FallbackConfig, FallbackTarget
+from quantdbg.fallback import FallbackConfig
 from quantdbg.model import as_loaded, input_specs
 from quantdbg.pipeline import REPAIRS, AutoConfig, AutoResult, auto
 from quantdbg.report import write_report
@@ -53,21 +57,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "fewest out of INT8 so it meets a target, verify and report. Exit "
                                    "status 0: met; 1: not met (the best model found is written); 2: bad "
                                    "input.")
-    auto.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    add_model_argument(auto, help="FP32 .onnx model (never modified).")
     add_data_option(auto, required=True, help="Calibration data.")
     auto.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
-    metric = auto.add_mutually_exclusive_group(required=True)
+    metric = auto.add_mutually_exclusive_group()
     metric.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a "
                         "model path and the last printed line is the metric (it runs on the real models).")
     metric.add_argument("--metric", choices=READY_METRICS, help="Ready-made metric against FP32.")
     metric.add_argument("--labels", metavar="KEY", help="Accuracy against this integer array of EVAL.npz.")
     auto.add_argument("--lower-is-better", action="store_true",
                       help="The --evaluate metric is lower-is-better.")
-    target = auto.add_mutually_exclusive_group(required=True)
-    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
-                        help="Task metric within PCT %% of FP32.")
-    target.add_argument("--min-metric", type=float, metavar="X", help="Task metric >= X (<= X when lower is "
-                        "better).")
+    add_target_options(auto)
     add_out_option(auto, metavar="MIXED.onnx", help="The final model.")
     auto.add_argument("--plan", required=True, metavar="PLAN.json", help="The result and its recipe (JSON).")
     auto.add_argument("--html", metavar="REPORT.html", help="Also write the HTML report.")
@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_settings(auto: argparse.ArgumentParser) -> None:
     methods = available_calibrators()
-    auto.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
+    add_method_option(auto, metavar="{" + ",".join(methods) + "}",
                       help="Default calibrator the repairs start from (default entropy).")
     auto.add_argument("--repairs", nargs="*", choices=REPAIRS, default=list(REPAIRS), metavar="REPAIR",
                       help=f"INT8 repairs to try, in order ({', '.join(REPAIRS)}; default all; none: give "
@@ -96,11 +96,17 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     add_execution_options(auto)
 
 
-def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
-    lower = not metric.higher_is_better
-    if args.max_rel_loss is not None:
-        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=lower)
-    return FallbackTarget.min_metric(args.min_metric, lower_is_better=lower)
+def _metric(args: argparse.Namespace) -> TaskMetric:
+    """The task metric: --evaluate, --labels or --metric; the output SQNR for --min-sqnr.
+
+    Raises:
+        ConfigError: A metric target without a task metric, or contradicting options.
+    """
+    if args.evaluate is None and args.labels is None and args.metric is None and args.min_sqnr is None:
+        raise ConfigError("--min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
+                          "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the "
+                          "output SQNR).")
+    return task_metric(args)
 
 
 def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) -> AutoConfig:
@@ -127,25 +133,29 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "--html": args.html,
-                                  "--resume": args.resume or f"{args.plan}.partial"})
-    metric = task_metric(args)
     resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
+    outputs = {"--out": args.out, "--plan": args.plan, "--html": args.html, "--resume": resume}
+    with claim_outputs(args, outputs, models={"--out"}):
+        return _auto(args, resume)
+
+
+def _auto(args: argparse.Namespace, resume: Path) -> int:
+    metric = _metric(args)
+    target = fallback_target(args, metric)
     model = as_loaded(args.model)
     config = _config(args, resume, profile_config(args.profile, input_specs(model.proto), args.batch_size))
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
     restart(args, resume)
-    result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
-                  config=config)
+    result = auto(model, calib, eval_data(args, model.proto), target, metric=metric, config=config)
     final = result.model
     assert final is not None  # a run always ends with a model
     # The build commands name the model where it is saved, and the files ModelOpt's command reads.
     result = result.located(args.out, source=args.model, calibration_data=args.data)
-    with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
-        final.save(staged["out"])  # the model, its plan and report appear together or not at all
-        result.write(staged["plan"])
-        if "html" in staged:
-            write_report(result, html=staged["html"])
+    with commit_together({"--out": args.out, "--plan": args.plan, "--html": args.html}) as staged:
+        final.save(staged["--out"])  # the model, its plan and report appear together or not at all
+        result.write(staged["--plan"])
+        if "--html" in staged:
+            write_report(result, html=staged["--html"])
     if args.resume is None and resume.exists():
         os.unlink(resume)
     _print(result)

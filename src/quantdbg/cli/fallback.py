@@ -20,16 +20,18 @@ from quantdbg.cli._build import add_profile_option, print_commands, profile_conf
 from quantdbg.cli._options import (
     add_model_options,
     add_out_option,
+    add_target_options,
     executor,
+    fallback_target,
     load_inputs,
     quant_config,
     show_progress,
+    task_metric,
 )
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import Precision
-from quantdbg.errors import ConfigError
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback, fallback_ingredients
+from quantdbg.fallback import FallbackConfig, auto_fallback, fallback_ingredients
 from quantdbg.model import input_specs
 from quantdbg.sensitivity import (
     MODES,
@@ -47,12 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            description="Search the smallest set of layers to run in FP16 so MODEL meets "
                                        "a target, and write the mixed-precision model and its plan.")
     add_model_options(fallback)
-    target = fallback.add_mutually_exclusive_group(required=True)
-    target.add_argument("--min-metric", type=float, metavar="X",
-                        help="Task metric >= X (<= X when lower is better).")
-    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
-                        help="Task metric within PCT %% of FP32.")
-    target.add_argument("--min-sqnr", type=float, metavar="DB", help="Output SQNR >= DB dB.")
+    add_target_options(fallback)
     fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
     fallback.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
                           help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
@@ -66,17 +63,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_profile_option(fallback)
 
 
-def _target(args: argparse.Namespace) -> FallbackTarget:
-    if args.min_sqnr is not None:
-        if args.evaluate or args.labels:
-            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
-                              "--min-metric or --max-rel-loss.")
-        return FallbackTarget.min_sqnr(args.min_sqnr)
-    if args.max_rel_loss is not None:
-        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=args.lower_is_better)
-    return FallbackTarget.min_metric(args.min_metric, lower_is_better=args.lower_is_better)
-
-
 def run_fallback(args: argparse.Namespace) -> int:
     """``quantdbg fallback``: searches, then writes the plan and (when met) the mixed model.
 
@@ -87,12 +73,15 @@ def run_fallback(args: argparse.Namespace) -> int:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
     partial = Path(f"{args.plan}.partial")  # the journal a stopped run resumes from
-    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "the resume file": partial})
-    target = _target(args)
+    outputs = {"--out": args.out, "--plan": args.plan, "--plan journal": partial}
+    with claim_outputs(args, outputs, models={"--out"}):
+        return _fallback(args, partial)
+
+
+def _fallback(args: argparse.Namespace, partial: Path) -> int:
+    target = fallback_target(args, task_metric(args))
     metric, fp_model, qmodel, data = load_inputs(args)
     engine = profile_config(args.profile, input_specs(fp_model.proto), args.batch_size)
-    if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
-        target = type(target)(target.kind, target.threshold, True, target.reference)
     report = SensitivityReport.read(args.report) if args.report else None
     run = executor(args)
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
@@ -112,12 +101,12 @@ def run_fallback(args: argparse.Namespace) -> int:
         partial.unlink(missing_ok=True)
         sys.stderr.write(f"quantdbg fallback: error: {plan.message} Plan written to {args.plan}.\n")
         return 2
-    with commit_together({"out": args.out, "plan": args.plan}) as staged:
-        result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
+    with commit_together({"--out": args.out, "--plan": args.plan}) as staged:
+        result.mixed.save(staged["--out"])  # the mixed model and its plan appear together or not at all
         plan = plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
                                source=args.fp32 or args.model, calibration_data=args.data,
-                               graph=staged["out"])
-        plan.write(staged["plan"])
+                               graph=staged["--out"])
+        plan.write(staged["--plan"])
     partial.unlink(missing_ok=True)
     _print_plan(plan)
     if plan.status != "met":

@@ -36,7 +36,7 @@ STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 PlanStatus = Literal["met", "unreachable", "verification_failed", "budget_exhausted"]
 """How a search ended (see :attr:`FallbackPlan.status`)."""
 PLAN_STATUSES: tuple[PlanStatus, ...] = get_args(PlanStatus)
-Purpose = Literal["search", "group", "prune", "verify"]
+Purpose = Literal["search", "group", "exchange", "prune", "verify"]
 """The phase an evaluation belongs to (see :attr:`FallbackEvaluation.purpose`)."""
 PURPOSES: tuple[Purpose, ...] = get_args(Purpose)
 
@@ -50,7 +50,8 @@ class FallbackEvaluation(Serializable):
         value: What it returned.
         met: Whether the target held.
         purpose: ``"search"`` (ranked prefixes: gallop, bisection, every layer out of INT8),
-            ``"group"`` (group testing), ``"prune"`` (greedy pruning) or ``"verify"``.
+            ``"group"`` (group testing), ``"exchange"`` (the search for a smaller set after group
+            testing), ``"prune"`` (greedy pruning) or ``"verify"``.
         round: Evaluations sharing a round do not depend on each other's results (the gallop's
             prefixes), so a parallel executor may run them together; None when not marked (the
             ranked strategies), and then absent from the JSON form.

@@ -3,8 +3,9 @@
 1. calibrate: the default calibration, with a histogram kept for every tensor (one pass, two when
    the default calibrator needs no histograms), and the default INT8 model;
 2. evaluate the FP32 model and the default INT8 model on the task metric;
-3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`), kept only
-   when the task metric improves; stop as soon as the target holds;
+3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`: the
+   calibrator per tensor, bias correction, cross-layer equalization, SmoothQuant), kept only when the
+   task metric improves; stop as soon as the target holds;
 4. rank: the sensitivity of the repaired model (reused when no repair was kept);
 5. search: :func:`quantdbg.fallback.auto_fallback` from the repaired model, verified on the real
    mixed model; model-file metrics evaluate the real mixed model at every step, in-session

@@ -1,11 +1,13 @@
 """The flow's decisions as one JSON recipe, and re-applying it to a re-exported model.
 
-A recipe holds what the flow decided, in the order it is applied: SmoothQuant (when kept, with the
-per-channel ranges it used), the calibrator choice (the default calibrator and every per-tensor
-choice kept), the Q/DQ placement, and the layers kept out of INT8. Node and tensor names are all it
-refers to, so a model re-exported with the same names gets the same mixed model from
-:func:`apply_recipe`, with one calibration pass and no evaluation. A fallback plan that records how
-its INT8 model was calibrated (``quantdbg fallback`` on an FP32 model) is a recipe too.
+A recipe holds what the flow decided, in the order it is applied: cross-layer equalization (when
+kept: ``calib.equalize``), SmoothQuant (when kept, with the per-channel ranges it used), the
+calibrator choice (the default calibrator and every per-tensor choice kept) with bias correction
+(``calib.bias_correction``), the Q/DQ placement, and the layers kept out of INT8. Node and tensor
+names are all it refers to, so a model re-exported with the same names gets the same mixed model
+from :func:`apply_recipe`, with one calibration pass (two with bias correction) and no evaluation.
+A fallback plan that records how its INT8 model was calibrated (``quantdbg fallback`` on an FP32
+model) is a recipe too.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.calibration import apply_smoothing, calibrate
+from quantdbg.calibration import apply_smoothing, calibrate, equalize
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource, as_model_data
 from quantdbg.errors import ConfigError, FormatError, ModelError
@@ -31,11 +33,13 @@ from quantdbg.qdq import QuantizedModel, insert_qdq, remove_qdq
 class AutoRecipe(Serializable):
     """What the automatic flow decided (the ``quantdbg.auto_recipe/1`` document).
 
-    Applied in this order: ``smoothing`` (when kept) -> calibration with ``calib`` -> Q/DQ pairs
-    placed by ``quant`` -> ``exclude`` out of INT8 in ``precision``.
+    Applied in this order: equalization (``calib.equalize``) -> ``smoothing`` (when kept) ->
+    calibration with ``calib`` (bias corrections measured when ``calib.bias_correction``) -> Q/DQ
+    pairs placed by ``quant`` -> ``exclude`` out of INT8 in ``precision``.
 
     Attributes:
-        calib: The calibrator choice: the default calibrator, and the per-tensor choices kept.
+        calib: The calibrator choice: the default calibrator, the per-tensor choices kept, and
+            whether equalization and bias correction were kept.
         quant: Where Q/DQ pairs go.
         smoothing: SmoothQuant as applied (None when not kept).
         exclude: The layers kept out of INT8, in rank order.
@@ -163,6 +167,8 @@ def apply_recipe(model: ModelSource, calib_data: DataSource, recipe: RecipeSourc
     recipe = _as_recipe(recipe)
     fp = as_loaded(model)
     check_nodes(fp, recipe)
+    if recipe.calib.equalize:  # the flow equalized before SmoothQuant measured its ranges
+        fp = equalize(fp).model
     if recipe.smoothing is not None:
         fp = as_loaded(apply_smoothing(fp, recipe.smoothing.absmax(), recipe.smoothing.config).model)
     plan = plan_qdq(fp, recipe.quant)

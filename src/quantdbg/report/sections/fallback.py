@@ -15,8 +15,8 @@ SHOWN_NODES = 8
 """Excluded layers listed per evaluation row."""
 
 PHASE_MEANING: Mapping[Purpose, str] = MappingProxyType({
-    "search": "ranked prefixes", "group": "group testing", "prune": "greedy pruning",
-    "verify": "verification"})
+    "search": "ranked prefixes", "group": "group testing", "exchange": "smaller sets by exchanges",
+    "prune": "greedy pruning", "verify": "verification"})
 """What each phase of the search (an evaluation's purpose) does."""
 
 
