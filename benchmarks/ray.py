@@ -303,7 +303,7 @@ def noshare_markdown(rows: dict, command: str) -> str:
     for label, cells in rows["sweeps"].items():
         lines.append(f"| digits isolated sweep ({rows['layers'] + 1} evaluations), {label} | "
                      f"{cells['serial']:.2f} | {cells['ray']:.2f} | {cells['serial'] / cells['ray']:.2f}x |")
-    lines += [f"| MatMul stack of {mb:.0f} MB, minmax calibration ({WORKERS} shards), first map | "
+    lines += [f"| MatMul stack of {mb:.0f} MiB, minmax calibration ({WORKERS} shards), first map | "
               f"{calibration['serial']:.2f} | {calibration['first']:.2f} | "
               f"{calibration['serial'] / calibration['first']:.2f}x |",
               f"| the same, a later map (the data file already on the node) | {calibration['serial']:.2f} | "

@@ -55,8 +55,12 @@ def lazy(tmp_path):
                                                             size_threshold=0))
     model = load_model(driver / "m.onnx")
     values = {t.name: tensor_array(t) for t in model.graph.initializer}
-    assert sum(is_external(t) for t in model.graph.initializer) == len(values) > 0
+    assert any(is_external(t) for t in model.graph.initializer)
     return driver, model, values
+
+
+def _external(model):
+    return [t for t in model.graph.initializer if is_external(t)]
 
 
 def _hide(folder):
@@ -81,7 +85,7 @@ def test_a_lazy_model_arrives_reading_the_nodes_copy_of_its_data_file(lazy, node
     copy = node_cache.cache_root() / parcel.folders[0].digest
     assert folders == (copy,) and (copy / "w.bin").read_bytes() == (driver.with_name("driver-hidden")
                                                                     / "w.bin").read_bytes()
-    assert {base_of(t) for t in arrived["model"].graph.initializer} == {str(copy)}
+    assert {base_of(t) for t in _external(arrived["model"])} == {str(copy)}
     for tensor in arrived["model"].graph.initializer:
         np.testing.assert_array_equal(tensor_array(tensor), values[tensor.name])
 
@@ -101,7 +105,7 @@ def test_files_travel_once_per_executor_and_are_written_once_per_node(lazy, node
     one, other = unpack(second, store.get, "worker-node")[0]
     assert store.gets == reads == 1  # the node's copy serves every later arrival
     assert copy.stat().st_mtime_ns == written
-    assert base_of(one.graph.initializer[0]) == base_of(other.graph.initializer[0]) == str(copy.parent)
+    assert {base_of(t) for t in _external(one) + _external(other)} == {str(copy.parent)}
 
 
 def test_a_file_of_several_pieces_is_joined_in_order(tmp_path, node, monkeypatch):
@@ -139,7 +143,7 @@ def test_on_the_drivers_node_files_are_read_in_place(lazy, node):
     parcel = pack(model, packer)
     assert store.objects == {} and packer.new_bytes == 0 and parcel.pieces == {}
     arrived, folders = unpack(parcel, store.get, "driver-node")
-    assert folders == () and {base_of(t) for t in arrived.graph.initializer} == {str(driver.resolve())}
+    assert folders == () and {base_of(t) for t in _external(arrived)} == {str(driver.resolve())}
     with pytest.raises(BackendError, match=r"were not sent to this node: it joined the cluster after the "
                                            r"work started; run the command again\.$"):
         unpack(parcel, store.get, "late-node")
