@@ -4,6 +4,7 @@ before the object arrives (so reading from it would fail)."""
 from __future__ import annotations
 
 import os
+import pickle
 import stat
 import sys
 
@@ -15,7 +16,7 @@ pytest.importorskip("ray")  # the packer pickles with Ray's cloudpickle
 
 from quantdbg.errors import BackendError, ConfigError  # noqa: E402
 from quantdbg.evaluation import CommandMetric  # noqa: E402
-from quantdbg.execution import node_cache  # noqa: E402
+from quantdbg.execution import RayExecutor, node_cache  # noqa: E402
 from quantdbg.execution.shipping import Packer, local_path, pack, unpack  # noqa: E402
 from quantdbg.model import SaveConfig, load_model, save_model, tensor_array  # noqa: E402
 from quantdbg.model.external import base_of, is_external  # noqa: E402
@@ -213,3 +214,10 @@ def test_a_command_file_outside_its_folder_must_be_on_the_node(command_folder, t
             r"nodes; move it there and name it relative to it \(or install it at the same path on every "
             r"node\)\.$")):
         unpack(parcel, store.get, "worker-node")
+
+
+def test_an_executor_travels_without_its_object_store_references():
+    executor = RayExecutor("auto")
+    executor._files[("/m.onnx.data", 3, 4)] = ("digest", ("a reference",))
+    copy = pickle.loads(pickle.dumps(executor))
+    assert copy._files == {} and copy.address == "auto" and len(executor._files) == 1

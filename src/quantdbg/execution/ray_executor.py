@@ -56,11 +56,6 @@ class Shipment:
     new_files: int
     per_task: int
 
-    @property
-    def per_node(self) -> int:
-        """Object-store bytes on each node that runs a task (the same again on disk for ``files``)."""
-        return self.shared + self.files
-
 
 class RayExecutor:
     """Runs tasks as Ray tasks, one CPU each.
@@ -70,6 +65,9 @@ class RayExecutor:
             process already initialised), ``"auto"`` joins the cluster started on this machine
             with ``ray start``, ``"HOST:PORT"`` joins that head node.
         max_retries: Times a task whose worker died is run again.
+
+    Attributes:
+        shipments: What each map sent through the object store, in order (:class:`Shipment`).
 
     Raises:
         ConfigError: ``max_retries`` below 0.
@@ -82,8 +80,12 @@ class RayExecutor:
         self.address = address
         self.max_retries = max_retries
         self.shipments: list[Shipment] = []
-        """What each map sent, in order."""
         self._files: dict[tuple[str, int, int], tuple[str, tuple[Any, ...]]] = {}
+        """The driver's files put so far: ``(path, size, mtime) -> (digest, piece references)``."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy elsewhere starts without this driver's object-store references."""
+        return {**self.__dict__, "_files": {}}
 
     def __repr__(self) -> str:
         return f"RayExecutor(address={self.address!r}, max_retries={self.max_retries})"
