@@ -196,7 +196,8 @@ def pack(shared: Any, packer: Packer) -> Parcel:
     Raises:
         ConfigError: What a registered reducer refuses (e.g. a file that cannot travel).
     """
-    stream, buffers = io.BytesIO(), []
+    stream = io.BytesIO()
+    buffers: list[pickle.PickleBuffer] = []
     _pickler()(stream, packer, buffers).dump(shared)
     arrays = tuple(np.frombuffer(buffer.raw(), dtype=np.uint8) for buffer in buffers)
     return Parcel(stream.getvalue(), arrays, dict(packer.pieces), tuple(packer.folders.values()))
