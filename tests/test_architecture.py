@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "quantdbg"
 
 STAGES: tuple[tuple[str, ...], ...] = (
     ("errors", "_version", "_exports", "_optional", "_io", "_json", "_progress", "_display", "quant_math",
-     "config", "_fingerprint", "_journal", "execution"),
+     "_calibrator_specs", "config", "_fingerprint", "_journal", "execution"),
     ("model",),
     ("data",),
     ("placement",),

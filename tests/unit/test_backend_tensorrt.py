@@ -115,7 +115,8 @@ def test_metadata_with_several_separators_and_brackets_in_names():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("not json", "not JSON"),
+    ("not json", "Engine inspector output: not valid JSON"),
+    ("[" * 100 + "]" * 100, "nested deeper than 64 levels"),
     (json.dumps({"Layers": {"a": 1}}), "expected a list"),
     (json.dumps([{"LayerType": "x"}]), "not an object with a 'Name'"),
 ])

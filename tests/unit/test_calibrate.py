@@ -82,8 +82,9 @@ def test_result_json_round_trip(rng):
     assert again == result
     assert list(again.config.per_tensor) == ["r*", "*"]  # glob order decides, so it must survive
     assert isinstance(again.ranges, MappingProxyType) and isinstance(again.stats, MappingProxyType)
-    assert set(result.to_dict()) == {"ranges", "stats", "config", "n_batches", "n_samples", "folded_weights",
-                                     "footprint"}
+    assert set(result.to_dict()) == {"format", "ranges", "stats", "config", "n_batches", "n_samples",
+                                     "folded_weights", "footprint"}
+    assert result.to_dict()["format"] == "quantdbg.calibration/1"
     assert again.footprint == result.footprint  # left out of ==: it is this run's memory
     assert result.to_dict()["ranges"]["r1"] == {"name": "r1", "lo": result.ranges["r1"].lo,
                                                 "hi": result.ranges["r1"].hi, "method": "percentile"}

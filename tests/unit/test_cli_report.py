@@ -42,10 +42,43 @@ def test_report_renders_html_and_markdown(tmp_path, capsys):
     assert capsys.readouterr().out == (tmp_path / "r.md").read_text()
 
 
+def _md_table(text: str, header: str) -> list[list[str]]:
+    lines = text.splitlines()
+    start = lines.index(header)
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+@pytest.mark.parametrize("untagged", [False, True])
+def test_report_renders_the_scales_file_calibrate_wrote(conv_files, tmp_path, capsys, untagged):
+    model, data = conv_files
+    scales = tmp_path / "scales.json"
+    assert main(["calibrate", str(model), "--data", str(data), "--out", str(tmp_path / "q.onnx"),
+                 "--method", "minmax", "--scales", str(scales), "--no-progress"]) == 0
+    written = json.loads(scales.read_text())
+    if untagged:  # as quantdbg 0.1.0 wrote it
+        scales.write_text(json.dumps(written["tensors"]))
+    capsys.readouterr()
+    assert main(["report", str(scales), "--md", "-"]) == 0
+    text = capsys.readouterr().out
+    rows = _md_table(text, "| tensor | calibrator | amax | scale |")
+    assert [r[0] for r in rows] == list(written["tensors"])
+    for name, method, amax, scale in rows:
+        entry = written["tensors"][name]
+        assert method == entry["method"] == "minmax"
+        assert float(amax) == pytest.approx(entry["amax"], rel=1e-3)  # shown to 4 significant digits
+        assert float(scale) == pytest.approx(entry["scale"], rel=1e-3)
+    assert f"Scales of {len(rows)} activation tensor(s)" in text
+
+
 def test_report_errors_are_one_line_with_status_2(tmp_path, capsys):
     assert main(["report", str(tmp_path / "none.json"), "--html", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("quantdbg report: error: Cannot read result") and err.count("\n") == 1
+    assert err.startswith("quantdbg report: error: Cannot read '") and err.count("\n") == 1
     (tmp_path / "x.json").write_text("{}")
     assert main(["report", str(tmp_path / "x.json")]) == 2
     assert ("Nothing to write: give --html OUT.html and/or --md OUT.md (--md -: print it)."

@@ -9,6 +9,7 @@ import pytest
 from quantdbg import _display
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+from quantdbg.report.sections.fallback import metric_label
 from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
 pandas = pytest.importorskip("pandas", reason="DataFrames need the [report] extra (pandas)")
@@ -64,7 +65,8 @@ def test_fallback_result_shows_its_plan_and_ranking(results):
     found = results["fallback_result"]
     frame = found.to_dataframe()
     assert frame.equals(found.plan.to_dataframe())
-    assert [tuple(row) for row in frame[["value", "met"]].itertuples(index=False)] == \
+    value = metric_label(found.plan)  # the values' column is named by their metric and unit
+    assert [tuple(row) for row in frame[[value, "met"]].itertuples(index=False)] == \
         [(e.value, e.met) for e in found.plan.evaluations]
     fragment = found._repr_html_()
     assert fragment.index("Verdict") < fragment.index('id="fallback-evaluations"') \

@@ -84,7 +84,7 @@ def test_weight_zeroing_matches_numpy_and_fires_for_per_tensor_scales(rng):
     assert item.per_tensor > 0.5 > item.per_channel
     [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
     assert finding.severity == "high" and finding.subjects == ("conv",)
-    assert finding.evidence.rows[0][3] == pytest.approx(per_tensor.mean())
+    assert finding.evidence.rows[0][3] == pytest.approx(100 * per_tensor.mean())  # in %
 
 
 def test_weight_zeroing_with_per_channel_scales_is_only_informative(rng):
@@ -372,7 +372,7 @@ def test_weight_zeroing_per_tensor_by_hand(rng, second, zeroed, severity):
     [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
     assert (finding.check, finding.severity, finding.score, finding.subjects) == (
         "weight_zeroing", severity, zeroed, ("conv",))
-    assert finding.evidence.rows == (("conv", "Conv", 8, zeroed, 0.0, "per-tensor"),)
+    assert finding.evidence.rows == (("conv", "Conv", 8, 100 * zeroed, 0.0, "per-tensor"),)
     assert check_weight_zeroing(load_model(model), qmodel, zeroed).findings == ()  # "above", not "at"
 
 
@@ -381,7 +381,7 @@ def test_weight_zeroing_per_channel_scales_give_only_the_info_finding(rng):
     qmodel = quantize(model, {"x": rng.standard_normal((4, 1, 4, 4), dtype=np.float32)})
     [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
     assert (finding.severity, finding.score) == (Severity.INFO, 3 / 8)
-    assert finding.evidence.rows == (("conv", "Conv", 8, 3 / 8, 0.0, "per-channel"),)
+    assert finding.evidence.rows == (("conv", "Conv", 8, 100 * 3 / 8, 0.0, "per-channel"),)
     assert check_weight_zeroing(load_model(model), qmodel, 0.5).findings == ()  # per-tensor 37.5 % < 50 %
 
 

@@ -276,7 +276,8 @@ def test_auto_fallback_on_a_planted_bad_layer(rng):
                                               r"higher-is-better; make them agree\.$"):
             auto_fallback(evaluator, FallbackTarget.min_metric(0.9, lower_is_better=True))
         with pytest.raises(ConfigError, match=r"^The sensitivity report ranks other layers"):
-            auto_fallback(evaluator, TARGET, report=replace(result.report, layers=result.report.layers[1:]))
+            other = replace(result.report, layers=result.report.layers[1:], output_space=None)
+            auto_fallback(evaluator, TARGET, report=other)
     assert result.plan.status == "met" and result.plan.exclude == ("fc2",)
     assert result.plan.evaluations[-1].value >= 30.0
     assert result.report.ranking[0] == "fc2"

@@ -59,8 +59,9 @@ def test_first_screen_names_each_layer_the_fix_and_the_commands():
     bundle = ReportBundle("b", (RANKING, plan))
     verdict, fixes, build = [s for s in report.sections_of(bundle) if s.lead]
     assert [item.split(": ")[0] for item in verdict.items] == ["conv2", "fc2"]
-    # fc2: the search measured conv2 alone at 41 dB, short of the target.
-    assert verdict.items[1].endswith("without it the search measured 41 dB, short of output SQNR >= 42 dB.")
+    # fc2: the search measured conv2 alone out of INT8 (fc2 back in) at 41 dB, short of the target.
+    assert verdict.items[1].endswith("with this layer back in INT8 (conv2 still out) the search measured "
+                                     "41 dB, short of output SQNR >= 42 dB.")
     [fix] = fixes.items
     flag = fix.split(": ")[0]
     assert shlex.split(flag) == ["--per-tensor", "relu[[]1]=mse"]  # a glob matching only that tensor
@@ -96,7 +97,7 @@ def test_a_plan_alone_names_each_layer_by_its_place_in_the_ranking_searched():
     plan = _plan()
     verdict = report.sections_of(plan)[0]
     assert verdict.items == (
-        "conv2: rank 1 of 3 in the ranking the search walked; without it the search measured 37 dB, short of "
-        "output SQNR >= 42 dB.",
-        "fc2: rank 2 of 3 in the ranking the search walked; without it the search measured 41 dB, short of "
-        "output SQNR >= 42 dB.")
+        "conv2: rank 1 of 3 in the ranking the search walked; with this layer back in INT8 (fc2 still out) "
+        "the search measured 37 dB, short of output SQNR >= 42 dB.",
+        "fc2: rank 2 of 3 in the ranking the search walked; with this layer back in INT8 (conv2 still out) "
+        "the search measured 41 dB, short of output SQNR >= 42 dB.")

@@ -24,6 +24,12 @@ from quantdbg.model import FoldedWeight, Footprint, ModelSource, as_loaded, chec
 from quantdbg.placement import QdqPlan, plan_qdq
 
 
+def _untagged(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A calibration result written before results had a tag: recognised by its keys."""
+    return data if {"ranges", "stats", "config"} <= data.keys() else None
+
+
+@_json.document("quantdbg.calibration", 1, untagged=_untagged)
 @dataclass(frozen=True, repr=False)
 class CalibrationResult(_display.Displayable, _json.Serializable):
     """Activation ranges and the statistics behind them.

@@ -95,7 +95,8 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     plan = plan.with_precision(config.precision)
     unreachable = plan.status == "unreachable"
     mixed = None if unreachable else mixed_model(scorer.qmodel, plan.exclude, config.precision)
-    return FallbackResult(replace(plan, footprint=footprint(scorer.fp_model)), report, mixed)
+    plan = replace(plan, footprint=footprint(scorer.fp_model), metric=scorer.metric.name)
+    return FallbackResult(plan, report, mixed)
 
 
 def fallback_ingredients(evaluator: VariantEvaluator, target: FallbackTarget,

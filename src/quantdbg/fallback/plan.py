@@ -179,6 +179,8 @@ class FallbackPlan(_display.Displayable, Serializable):
             model from an FP32 model and calibration data (None when the model came quantized, or
             in files written before they were recorded).
         quant: See ``calib``.
+        metric: The name of the metric the values are (``"sqnr"``: output SQNR in dB; None in files
+            written before it was recorded, and for searches with a bare ``evaluate``).
     """
 
     status: PlanStatus
@@ -196,6 +198,7 @@ class FallbackPlan(_display.Displayable, Serializable):
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
     calib: CalibConfig | None = field(default=None, metadata=_json.optional())
     quant: QuantConfig | None = field(default=None, metadata=_json.optional())
+    metric: str | None = field(default=None, metadata=_json.optional())
 
     @property
     def n_evaluations(self) -> int:

@@ -81,10 +81,11 @@ def weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> list[We
 
 
 def zeroing_evidence(items: Sequence[WeightZeroing]) -> Evidence:
-    """The measurements as a table: one row per weight, zeroed shares per tensor and per channel."""
-    columns = ("node", "op", "weights", "zeroed per-tensor", "zeroed per-channel", "in use")
-    return Evidence(columns, tuple((w.node, w.op_type, w.nonzero, w.per_tensor, w.per_channel, w.scheme)
-                                   for w in items))
+    """The measurements as a table: one row per weight, the percent of its non-zero values zeroed with
+    one scale per tensor and per channel (percent, as the findings and the plot say it)."""
+    columns = ("node", "op", "non-zero weights", "zeroed per-tensor (%)", "zeroed per-channel (%)", "in use")
+    return Evidence(columns, tuple((w.node, w.op_type, w.nonzero, 100.0 * w.per_tensor, 100.0 * w.per_channel,
+                                    w.scheme) for w in items))
 
 
 def check_weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel,

@@ -8,11 +8,12 @@ from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, LintReport
 from quantdbg.fallback import FallbackPlan
 from quantdbg.pipeline import AutoResult
+from quantdbg.qdq import CalibrationScales
 from quantdbg.report.results import ReportBundle, kind_of
 from quantdbg.report.sections.auto import auto_sections
 from quantdbg.report.sections.base import Section
 from quantdbg.report.sections.bundle import bundle_sections
-from quantdbg.report.sections.calibration import calibration_sections
+from quantdbg.report.sections.calibration import calibration_sections, scales_sections
 from quantdbg.report.sections.doctor import doctor_sections
 from quantdbg.report.sections.fallback import fallback_sections
 from quantdbg.report.sections.lint import lint_sections
@@ -33,6 +34,7 @@ def sections_of(result: Any) -> list[Section]:
 
 
 sections_of.register(CalibrationResult, calibration_sections)
+sections_of.register(CalibrationScales, scales_sections)
 sections_of.register(SensitivityReport, sensitivity_sections)
 sections_of.register(LintReport, lint_sections)
 sections_of.register(DoctorReport, doctor_sections)
