@@ -10,14 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from quantdbg.calibration import (
-    CalibrationResult,
-    EntropyConfig,
-    PercentileConfig,
-    calibrate,
-    get_calibrator,
-    merge_stats,
-)
+from quantdbg.calibration import CalibrationResult, EntropyConfig, PercentileConfig, calibrate
+from quantdbg.calibration.calibrators.base import get_calibrator
+from quantdbg.calibration.stats import merge_stats
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData
 from quantdbg.errors import ConfigError, ModelError, QuantDbgWarning
@@ -148,7 +143,7 @@ def test_calibrate_leaves_the_model_untouched(rng):
 def test_a_loaded_model_is_not_checked_again(rng, monkeypatch):
     import onnx
 
-    from quantdbg.model import as_loaded
+    from quantdbg.model.load import as_loaded
 
     data = _data(rng, (4, 8, 8))
     config = CalibConfig(method="mse")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import models_doctor
 import numpy as np
@@ -126,17 +127,46 @@ def test_demo_rejects_bad_threads(capsys):
     assert "--threads must be >= 0, got -1." in capsys.readouterr().err
 
 
-def test_demo_prints_the_table_and_the_report_path(tmp_path, capsys):
+README = Path(__file__).resolve().parents[2] / "README.md"
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _readme_demo_output() -> tuple[list[str], str]:
+    """The printout README.md shows under "`quantdbg demo` is", and the folder it names."""
+    block = re.search(r"^`quantdbg demo` is .*?^```\n(.*?)^```", README.read_text(), re.S | re.M).group(1)
+    folder = re.search(r"^report: (.*)/report\.html$", block, re.M).group(1)
+    return block.splitlines(), folder
+
+
+def _pattern(line: str, sample_folder: str, folder: str) -> re.Pattern[str]:
+    """``line`` as a pattern: its numbers any numbers, its runs of spaces any runs, its folder ``folder``."""
+    def literal(text: str) -> str:
+        parts = [re.escape(part) for part in _NUMBER.split(text)]
+        return r"\d+(?:\.\d+)?".join(parts).replace(r"\ ", " ")
+
+    pieces = [re.sub(" +", " +", literal(part)) for part in line.split(sample_folder)]
+    return re.compile(re.escape(folder).join(pieces))
+
+
+def test_demo_prints_what_the_readme_shows(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the demo's HTML report needs the [report] extra (matplotlib)")
     out = tmp_path / "new" / "demo"
     assert main(["demo", "--out", str(out), "--threads", "1", "--no-progress"]) == 0
-    text = capsys.readouterr().out
-    assert re.search(r"^FP32\s+0/8\s+\d+\.\d\d%\s+-$", text, re.M)
-    assert re.search(r"^INT8\s+8/8\s+\d+\.\d\d%\s+\d+\.\d dB$", text, re.M)
-    mixed = re.search(r"^mixed\s+(\d)/8\s+\d+\.\d\d%\s+(\d+\.\d) dB$", text, re.M)
-    assert mixed and float(mixed.group(2)) >= 42.0
-    assert f"report: {out / 'report.html'}" in text
-    kept = re.search(r"kept out of INT8 by the fallback search: (.*)$", text, re.M).group(1).split(", ")
-    assert 8 - len(kept) == int(mixed.group(1))
-    plan = json.loads((out / "fallback_plan.json").read_text())
-    assert plan["exclude"] == kept and plan["status"] == "met"
+    printed = capsys.readouterr().out.splitlines()
+    shown, sample_folder = _readme_demo_output()
+    assert len(printed) == len(shown), "\n".join(printed)
+    for got, line in zip(printed, shown, strict=True):
+        assert _pattern(line, sample_folder, str(out)).fullmatch(got), f"README: {line}\nprinted: {got}"
+    final = re.search(r"^final\s+(\d)/8\s+\d+\.\d\d%\s+(\d+\.\d) dB$", "\n".join(printed), re.M)
+    assert final and float(final.group(2)) >= 42.0
+    kept = re.search(r"kept out of INT8 by the fallback search: (.*)$", "\n".join(printed), re.M).group(1)
+    result = json.loads((out / "plan.json").read_text())
+    assert result["met"] and result["exclude"] == kept.split(", ")
+    assert int(final.group(1)) == 8 - len(result["exclude"])
+
+
+def test_the_readme_pattern_tells_numbers_from_words():
+    pattern = _pattern("final   7/8   99.26%   42.5 dB in /tmp/x1/r", "/tmp/x1", "/work/o 2")
+    assert pattern.fullmatch("final  6/8  100.00%  41.25 dB in /work/o 2/r")
+    assert not pattern.fullmatch("mixed  6/8  100.00%  41.25 dB in /work/o 2/r")
+    assert not pattern.fullmatch("final  6/8  100.00%  41.25 dB in /tmp/x1/r")

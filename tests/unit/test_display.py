@@ -76,10 +76,11 @@ def test_fallback_result_shows_its_plan_and_ranking(results):
 @pytest.mark.parametrize("name", ["calibration", "sensitivity", "fallback", "lint", "doctor", "bundle"])
 def test_report_kinds_frame_and_html_through_the_hook(results, name):
     from quantdbg import report
+    from quantdbg.report.html import repr_html
 
     result = results[name]
     assert result.to_dataframe().equals(report.to_dataframe(result))
-    assert result._repr_html_() == report.repr_html(result)
+    assert result._repr_html_() == repr_html(result)
 
 
 def test_a_bundle_without_summary_frames_its_results(results):

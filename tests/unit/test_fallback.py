@@ -12,7 +12,8 @@ import onnx
 import pytest
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.backends.tensorrt import EngineBuildSpec, TrtConfig, build_commands, trtexec_command
+from quantdbg.backends.tensorrt import EngineBuildSpec, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import trtexec_command
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import (
@@ -20,12 +21,12 @@ from quantdbg.fallback import (
     FallbackPlan,
     FallbackResult,
     FallbackTarget,
-    TensorRTSettings,
     auto_fallback,
-    default_budget,
     search_fallback,
     write_mixed_model,
 )
+from quantdbg.fallback.budget import default_budget
+from quantdbg.fallback.plan import TensorRTSettings
 from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))

@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from quantdbg.diagnostics import NO_EVIDENCE, RULES, Finding, LintReport, Severity, lint
+from quantdbg.diagnostics import RULES, Finding, LintReport, Severity, lint
+from quantdbg.diagnostics.findings import NO_EVIDENCE
 from quantdbg.errors import ConfigError, FormatError
 
 # Rule -> the node its model should be reported on (hand-derived from the builders).
@@ -279,8 +280,7 @@ def _conv_weight(model: onnx.ModelProto) -> np.ndarray:
 
 @pytest.mark.parametrize("held", ["initializer", "constant", "transposed"])
 def test_a_clipped_weight_is_high_with_the_sqnr_it_loses(held):
-    from quantdbg.diagnostics import weight_quantization
-    from quantdbg.diagnostics.qdq_graph import QdqGraph
+    from quantdbg.diagnostics.qdq_graph import QdqGraph, weight_quantization
 
     model = models_lint.clipped_weight(held)
     w = _conv_weight(model)

@@ -16,13 +16,9 @@ from quantdbg import report
 from quantdbg.fallback import FallbackTarget, auto_fallback, search_fallback
 from quantdbg.report import ReportBundle
 from quantdbg.report.sections import fallback as fallback_section
-from quantdbg.sensitivity import (
-    LayerEvidence,
-    LayerSensitivity,
-    QuantizedInput,
-    SensitivityReport,
-    VariantEvaluator,
-)
+from quantdbg.report.sections.registry import sections_of
+from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, SensitivityReport, VariantEvaluator
+from quantdbg.sensitivity.report import QuantizedInput
 
 
 def _layer(node: str, rank: int, value: float, evidence: bool) -> LayerSensitivity:
@@ -116,7 +112,7 @@ def test_the_fallback_axis_and_table_name_the_metric_with_its_unit(sqnr_as_metri
         raise RuntimeError("not drawn")
 
     monkeypatch.setattr(fallback_section, "fallback_figure", capture)
-    [plot] = next(s for s in report.sections_of(plan) if s.title == "Fallback plan").plots
+    [plot] = next(s for s in sections_of(plan) if s.title == "Fallback plan").plots
     with pytest.raises(RuntimeError, match="not drawn"):
         plot.draw()
     header, rows = _md_table(report.render_markdown(plan), "# | purpose")
@@ -134,7 +130,7 @@ def results():
 
 @pytest.mark.parametrize("kind", ["sensitivity", "isolated", "doctor"])
 def test_no_ranking_column_repeats_another(results, kind):
-    tables = [t for s in report.sections_of(results[kind]) for t in s.tables
+    tables = [t for s in sections_of(results[kind]) for t in s.tables
               if t.css_id in ("sensitivity-ranking", "sensitivity-agreement")]
     assert tables
     for table in tables:

@@ -8,24 +8,21 @@ import pytest
 
 from quantdbg.calibration import CalibrationResult, CalibratorComparison, TensorRange, TensorStats
 from quantdbg.config import CalibConfig, TensorKind
-from quantdbg.diagnostics import (
-    NO_EVIDENCE,
-    CheckRun,
-    DoctorReport,
-    Evidence,
-    Finding,
-    LintReport,
-    MixedRange,
-    ScaleStability,
-    Severity,
-    WeightZeroing,
-)
+from quantdbg.diagnostics import DoctorReport, Evidence, Finding, LintReport, Severity
+from quantdbg.diagnostics.checks.calibration_size import ScaleStability
+from quantdbg.diagnostics.checks.mixed_ranges import MixedRange
+from quantdbg.diagnostics.checks.weight_zeroing import WeightZeroing
+from quantdbg.diagnostics.doctor import CheckRun
+from quantdbg.diagnostics.findings import NO_EVIDENCE
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackTarget, search_fallback
-from quantdbg.report import ReportBundle, Section, Table, sections_of
+from quantdbg.report import ReportBundle
+from quantdbg.report.sections.base import Section, Table
 from quantdbg.report.sections.calibration import calibrator_comparison_section, clipped_share
+from quantdbg.report.sections.registry import sections_of
 from quantdbg.report.sections.sensitivity import chart_values
-from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, QuantizedInput, SensitivityReport
+from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.report import QuantizedInput
 
 
 def _tables(sections: list[Section]) -> dict[str, Table]:
@@ -255,7 +252,7 @@ def test_sections_dispatch_on_the_result_class():
 def test_calibration_section_lists_the_folded_weights():
     from dataclasses import replace
 
-    from quantdbg.model import FoldedWeight
+    from quantdbg.model.weights import FoldedWeight
 
     folded = (FoldedWeight("conv", 1, "conv.w", ("Constant",)),
               FoldedWeight("fc", 1, "fc.w", ("Cast",), ("fc.w/fp16",)))

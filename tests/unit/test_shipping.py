@@ -18,8 +18,8 @@ from quantdbg.errors import BackendError, ConfigError  # noqa: E402
 from quantdbg.evaluation import CommandMetric  # noqa: E402
 from quantdbg.execution import RayExecutor, node_cache  # noqa: E402
 from quantdbg.execution.shipping import Packer, local_path, pack, unpack  # noqa: E402
-from quantdbg.model import SaveConfig, load_model, save_model, tensor_array  # noqa: E402
-from quantdbg.model.external import base_of, is_external  # noqa: E402
+from quantdbg.model import SaveConfig, load_model, save_model  # noqa: E402
+from quantdbg.model.external import base_of, is_external, tensor_array  # noqa: E402
 
 
 class Store:

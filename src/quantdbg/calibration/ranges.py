@@ -20,7 +20,10 @@ from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, NotCalibratedError
-from quantdbg.model import FoldedWeight, Footprint, ModelSource, as_loaded, check_node_globs, footprint
+from quantdbg.model.footprint import Footprint, footprint
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.names import check_node_globs
+from quantdbg.model.weights import FoldedWeight
 from quantdbg.placement import QdqPlan, plan_qdq
 
 

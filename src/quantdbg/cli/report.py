@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli import add_command
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli.app import add_command
 from quantdbg.errors import ConfigError
 from quantdbg.report import load_result, render_markdown, write_report
 

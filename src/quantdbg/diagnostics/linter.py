@@ -43,7 +43,8 @@ from quantdbg.diagnostics.findings import (
 from quantdbg.diagnostics.lint_rules import RULES
 from quantdbg.diagnostics.qdq_graph import QdqGraph
 from quantdbg.errors import ConfigError
-from quantdbg.model import ModelSource, load_model
+from quantdbg.model import load_model
+from quantdbg.model.load import ModelSource
 
 LINT_SEVERITIES: tuple[Severity, ...] = tuple(
     s for s in Severity if any(r.severity is s for r in RULES.values()))

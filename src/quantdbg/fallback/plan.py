@@ -14,24 +14,19 @@ from typing import Any, Literal, get_args
 
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
-from quantdbg.backends.tensorrt import (
-    BuildCommands,
-    EngineBuildSpec,
-    TrtConfig,
-    build_commands,
-    layer_precisions_problem,
-    trtexec_command,
-)
+from quantdbg.backends.tensorrt import BuildCommands, EngineBuildSpec, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import layer_precisions_problem, trtexec_command
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
-from quantdbg.model import Footprint
+from quantdbg.model.footprint import Footprint
 
 logger = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "bisect", "linear"]
-"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`)."""
+"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`): ``"auto"``
+is the default that does not trust the ranking (a short gallop, then group testing)."""
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 PlanStatus = Literal["met", "unreachable", "verification_failed", "budget_exhausted"]
 """How a search ended (see :attr:`FallbackPlan.status`)."""
@@ -81,7 +76,7 @@ def phase_counts(evaluations: Iterable[FallbackEvaluation]) -> dict[Purpose, int
 class TensorRTSettings(Serializable):
     """What a TensorRT build of the mixed-precision model needs.
 
-    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.trtexec_command`. The
+    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.commands.trtexec_command`. The
     JSON form (the plan's ``tensorrt`` section) spells the settings out for both builds: strongly
     typed, builder flags, layer precisions and the two trtexec command lines.
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from quantdbg import _display, _json
 from quantdbg._io import write_text_atomic
-from quantdbg.calibration import CalibrationResult, calibrator_name
+from quantdbg.calibration import CalibrationResult
+from quantdbg.calibration.calibrators.base import calibrator_name
 from quantdbg.config import TensorKind
 from quantdbg.errors import ConfigError, DataError
 from quantdbg.qdq.records import QuantizedModel

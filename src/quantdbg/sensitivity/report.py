@@ -14,7 +14,7 @@ from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
 from quantdbg.errors import ConfigError, check_choice, unknown
 from quantdbg.evaluation import Comparison, OutputMetrics
-from quantdbg.model import Footprint
+from quantdbg.model.footprint import Footprint
 from quantdbg.sensitivity.config import MODES, Mode
 from quantdbg.sensitivity.evidence import LayerEvidence
 from quantdbg.sensitivity.output_space import OutputSpace

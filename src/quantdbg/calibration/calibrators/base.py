@@ -23,10 +23,8 @@ import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
-
-import numpy as np
 
 from quantdbg import _json
 from quantdbg._calibrator_specs import register_spec, spec_config, spec_name, spec_names
@@ -66,33 +64,6 @@ class TensorRange(_json.Serializable):
     def scale(self) -> float:
         """Symmetric INT8 scale ``amax / 127``, rounded to float32 as stored in Q/DQ nodes."""
         return float(scale_from_amax(self.amax))
-
-
-@dataclass(frozen=True, eq=False)
-class QParams(_json.Serializable):
-    """Quantization parameters of one tensor.
-
-    Attributes:
-        scale: float32 scale, shape () per tensor or (C,) per channel (converted on construction).
-        zero_point: int8 zero point (0 for symmetric), same shape as ``scale`` (converted too).
-        axis: Channel axis for per-channel parameters, None per tensor.
-    """
-
-    scale: np.ndarray = field(metadata=_json.json_array(np.float32))
-    zero_point: np.ndarray = field(metadata=_json.json_array(np.int8))
-    axis: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", np.asarray(self.scale, np.float32))
-        object.__setattr__(self, "zero_point", np.asarray(self.zero_point, np.int8))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, QParams):
-            return NotImplemented
-        return (self.axis == other.axis and np.array_equal(self.scale, other.scale)
-                and np.array_equal(self.zero_point, other.zero_point))
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @runtime_checkable

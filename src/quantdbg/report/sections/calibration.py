@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 
 from quantdbg.calibration import CalibrationResult, CalibratorComparison, TensorStats
-from quantdbg.diagnostics import folded_evidence
-from quantdbg.model import summarize_folded
+from quantdbg.diagnostics.checks.folded_weights import folded_evidence
+from quantdbg.model.weights import summarize_folded
 from quantdbg.qdq import CalibrationScales
 from quantdbg.report.plots import ThresholdHistogram, png, threshold_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table

@@ -1,7 +1,9 @@
 """Sections of a doctor report: the findings first (each with its evidence), then the measurements."""
 from __future__ import annotations
 
-from quantdbg.diagnostics import Cell, DoctorReport, zeroing_evidence
+from quantdbg.diagnostics import DoctorReport
+from quantdbg.diagnostics.checks.weight_zeroing import zeroing_evidence
+from quantdbg.diagnostics.findings import Cell
 from quantdbg.report.plots import ScaleCurve, png, scale_curves_figure, weight_zeroing_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table, nested
 from quantdbg.report.sections.calibration import calibrator_comparison_section

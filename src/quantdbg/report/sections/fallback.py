@@ -6,8 +6,9 @@ import shlex
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from quantdbg.backends.tensorrt import as_comment
-from quantdbg.fallback import FallbackPlan, Purpose
+from quantdbg.backends.tensorrt.commands import as_comment
+from quantdbg.fallback import FallbackPlan
+from quantdbg.fallback.plan import Purpose
 from quantdbg.report.plots import fallback_figure, png
 from quantdbg.report.sections.base import Plot, Section, Table
 

@@ -18,7 +18,7 @@ from quantdbg.report.sections.doctor import doctor_sections
 from quantdbg.report.sections.fallback import fallback_sections
 from quantdbg.report.sections.lint import lint_sections
 from quantdbg.report.sections.sensitivity import sensitivity_sections
-from quantdbg.report.sections.verdict import Evidence, auto_lead, gather, plan_lead
+from quantdbg.report.sections.verdict import VerdictSources, auto_lead, gather, plan_lead
 from quantdbg.sensitivity import SensitivityReport
 
 
@@ -42,7 +42,7 @@ sections_of.register(DoctorReport, doctor_sections)
 
 @sections_of.register(FallbackPlan)
 def _plan(plan: FallbackPlan) -> list[Section]:
-    return plan_lead(Evidence(plan)) + fallback_sections(plan, commands=False)
+    return plan_lead(VerdictSources(plan)) + fallback_sections(plan, commands=False)
 
 
 @sections_of.register(AutoResult)

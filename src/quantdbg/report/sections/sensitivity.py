@@ -5,10 +5,12 @@ import math
 from collections.abc import Sequence
 
 from quantdbg.config import TensorKind
-from quantdbg.diagnostics import Cell
+from quantdbg.diagnostics.findings import Cell
 from quantdbg.report.plots import png, ranking_figure
 from quantdbg.report.sections.base import MAX_BARS, Plot, Section, Table, fmt
-from quantdbg.sensitivity import LayerSensitivity, OutputSpace, RankAgreement, SensitivityReport
+from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.output_space import OutputSpace
+from quantdbg.sensitivity.ranks import RankAgreement
 
 WORST_TENSORS = 20
 """Intermediate tensors listed in the error-along-the-graph table."""

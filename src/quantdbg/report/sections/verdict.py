@@ -31,7 +31,7 @@ SHOWN_LAYERS = 12
 
 
 @dataclass(frozen=True)
-class Evidence:
+class VerdictSources:
     """What the first screen draws on, gathered from one result or a bundle's results."""
 
     plan: FallbackPlan | None
@@ -52,7 +52,7 @@ class Evidence:
                      for layer in r.layers if layer.node == node), None)
 
 
-def gather(results: Iterable[object]) -> Evidence:
+def gather(results: Iterable[object]) -> VerdictSources:
     """The first fallback plan, every sensitivity ranking (the doctor's too) and the doctor report."""
     items = list(results)
     plan = next((r for r in items if isinstance(r, FallbackPlan)), None)
@@ -60,10 +60,10 @@ def gather(results: Iterable[object]) -> Evidence:
     rankings = [r for r in items if isinstance(r, SensitivityReport)]
     if doctor is not None and doctor.sensitivity is not None:
         rankings.append(doctor.sensitivity)
-    return Evidence(plan, tuple(rankings), doctor)
+    return VerdictSources(plan, tuple(rankings), doctor)
 
 
-def _int8_value(evidence: Evidence) -> float | None:
+def _int8_value(evidence: VerdictSources) -> float | None:
     """The fully INT8 model's value on the plan's scale (output SQNR, or the task metric)."""
     for ranking in evidence.rankings:
         if evidence.plan is not None and evidence.plan.target.kind == "sqnr" and ranking.baseline:
@@ -176,7 +176,7 @@ def _searched_rank(plan: FallbackPlan | None, node: str) -> str:
     return f"rank {plan.ranking.index(node) + 1} of {len(plan.ranking)} in the ranking the search walked."
 
 
-def _reason(evidence: Evidence, node: str) -> str:
+def _reason(evidence: VerdictSources, node: str) -> str:
     """The layer's rank and measure in the ranking searched, with the evidence of whichever ranking
     holds it (one rank per layer on the page: the one the plan's table shows)."""
     found, walked = evidence.layer(node), evidence.walked(node)
@@ -189,7 +189,7 @@ def _reason(evidence: Evidence, node: str) -> str:
     return "; ".join([head, *_evidence_parts(*found)]) + "."
 
 
-def layer_lines(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
+def layer_lines(evidence: VerdictSources, nodes: Sequence[str]) -> tuple[str, ...]:
     """``node: reason`` for the first :data:`SHOWN_LAYERS` nodes."""
     lines = []
     for node in nodes[:SHOWN_LAYERS]:
@@ -201,7 +201,7 @@ def layer_lines(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def calibrator_fixes(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
+def calibrator_fixes(evidence: VerdictSources, nodes: Sequence[str]) -> tuple[str, ...]:
     """``--per-tensor TENSOR=METHOD`` suggestions for the inputs of ``nodes`` where another calibrator
     gains at least :data:`CALIBRATOR_GAIN_DB`, then the doctor's calibrator finding, if any."""
     fixes: dict[str, str] = {}
@@ -221,11 +221,11 @@ def calibrator_fixes(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...
     return tuple(fixes.values())
 
 
-def _n_layers(evidence: Evidence) -> int | None:
+def _n_layers(evidence: VerdictSources) -> int | None:
     return len(evidence.rankings[0].layers) if evidence.rankings else None
 
 
-def lead_sections(verdict: str, nodes: Sequence[str], precision: str, evidence: Evidence,
+def lead_sections(verdict: str, nodes: Sequence[str], precision: str, evidence: VerdictSources,
                   fixes: Sequence[str], code: Sequence[str]) -> list[Section]:
     """The verdict, the layers kept out of INT8 with their reasons, the fixes and the commands."""
     paragraphs = [verdict]
@@ -239,7 +239,7 @@ def lead_sections(verdict: str, nodes: Sequence[str], precision: str, evidence: 
     return sections
 
 
-def plan_lead(evidence: Evidence) -> list[Section]:
+def plan_lead(evidence: VerdictSources) -> list[Section]:
     """The first screen of a result holding a fallback plan (none without one)."""
     plan = evidence.plan
     if plan is None:
@@ -251,7 +251,7 @@ def plan_lead(evidence: Evidence) -> list[Section]:
 
 def auto_lead(result: AutoResult) -> list[Section]:
     """The first screen of the automatic flow: its verdict, the repairs it tried first, the build."""
-    evidence = Evidence(result.plan, (result.report,) if result.report is not None else ())
+    evidence = VerdictSources(result.plan, (result.report,) if result.report is not None else ())
     tried = tuple(f"{r.repair} (tried, {'kept' if r.kept else 'not kept'}): {result.metric} "
                   f"{fmt(r.before)} -> {fmt(r.after)}; {r.reason}" for r in result.repairs)
     fixes = tried + calibrator_fixes(evidence, result.exclude)
