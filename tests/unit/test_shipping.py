@@ -3,10 +3,12 @@ object store, another folder the node's temporary folder, and the driver's folde
 before the object arrives (so reading from it would fail)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import pickle
 import stat
 import sys
+import time
 
 import models_sensitivity as ms
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 
 pytest.importorskip("ray")  # the packer pickles with Ray's cloudpickle
 
+from quantdbg._fingerprint import digest  # noqa: E402
 from quantdbg.errors import BackendError, ConfigError  # noqa: E402
 from quantdbg.evaluation import CommandMetric  # noqa: E402
 from quantdbg.execution import RayExecutor, node_cache  # noqa: E402
@@ -149,6 +152,34 @@ def test_on_the_drivers_node_files_are_read_in_place(lazy, node):
                                            r"work started; run the command again\.$"):
         unpack(parcel, store.get, "late-node")
 
+
+def _materialise_slowly(content: str, pieces: list[bytes], log, start) -> None:
+    """In a child process: the node's copy of a one-file folder, each piece read slowly and logged."""
+    def get(index: int) -> bytes:
+        with open(log, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        time.sleep(0.05)
+        return pieces[index]
+
+    start.wait()
+    node_cache.materialise("folder", [("w.bin", content, 0o644)], {content: range(len(pieces))}, get)
+
+
+def test_workers_of_one_node_write_a_folder_once_and_the_others_wait_for_it(tmp_path, node):
+    pieces = [b"a" * 10, b"b" * 10, b"c" * 10]
+    context = multiprocessing.get_context("fork")
+    start, log = context.Barrier(3), tmp_path / "reads.log"
+    args = (digest(b"".join(pieces)), pieces, log, start)
+    workers = [context.Process(target=_materialise_slowly, args=args) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    for worker in workers:
+        worker.join(60)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    readers = log.read_text().split()
+    assert len(readers) == len(pieces) and len(set(readers)) == 1  # one worker wrote, the other waited
+    assert (node_cache.cache_root() / "folder" / "w.bin").read_bytes() == b"".join(pieces)
 
 def test_a_stale_cached_folder_goes_when_another_is_written(lazy, node, tmp_path):
     driver, model, _ = lazy
