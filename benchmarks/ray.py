@@ -12,18 +12,23 @@ the object-store bytes each node holds for the run (``RayExecutor.shipments``).
 ``--no-shared-fs`` runs the same sweep, and sharded calibration of a generated model of
 ``--weights-mb`` MB of external weights, on a two-node cluster whose worker node cannot see the
 driver's files (tests/on_ray/noshare.py: the worker node in a mount namespace of its own, the
-driver's node without CPUs), so the models' data files travel through the object store.
+driver's node without CPUs), so the models' data files travel through the object store. With
+``--large-mb`` it also ships a generated model of that many MB of weights (over 2 GB: the case a
+protobuf message cannot hold) to tasks that each read one of its weights from the node's copy, twice:
+the bytes put, the copies written on the node and the time of each map.
 
     python benchmarks/ray.py                 # measure and write the "Ray" section of RESULTS.md
     python benchmarks/ray.py --no-write --repeats 1
     python benchmarks/ray.py --minilm 64      # MiniLM-L6 of the zoo instead: section "Ray: MiniLM-L6"
     python benchmarks/ray.py --no-shared-fs   # section "Ray without a shared filesystem"
+    python benchmarks/ray.py --no-shared-fs --large-mb 2200   # and a model over 2 GB shipped
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
+import hashlib
 import importlib.util
 import os
 import platform
@@ -47,7 +52,8 @@ from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig  # noqa: E402
 from quantdbg.config import CalibConfig  # noqa: E402
 from quantdbg.demo import load_embedded  # noqa: E402
 from quantdbg.execution import RayExecutor, node_cache  # noqa: E402
-from quantdbg.model import SaveConfig, save_model  # noqa: E402
+from quantdbg.model import SaveConfig, load_model, save_model  # noqa: E402
+from quantdbg.model.external import base_of, location_of, tensor_array  # noqa: E402
 from quantdbg.qdq import quantize  # noqa: E402
 from quantdbg.sensitivity import SensitivityConfig, analyze_sensitivity  # noqa: E402
 
@@ -211,8 +217,9 @@ def _cache_bytes(_shared, _item) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
-def _noshare_files(scratch: Path, weights_mb: int) -> dict:
-    """The digits CNN and a generated MatMul stack, each with its weights in a data file, in ``scratch``."""
+def _noshare_files(scratch: Path, weights_mb: int, large_mb: int) -> dict:
+    """The digits CNN and a generated MatMul stack (and a larger one with ``large_mb``), each with its
+    weights in a data file, in ``scratch``."""
     import models_large
 
     embedded = load_embedded()
@@ -222,8 +229,12 @@ def _noshare_files(scratch: Path, weights_mb: int) -> dict:
     stack = scratch / "stack"
     stack.mkdir()
     models_large.matmul_stack(stack, weights_mb * 2**20, STACK_WIDTH)
-    return {"digits": digits / "model.onnx", "embedded": embedded, "stack": stack / "model.onnx",
-            "stack_calib": {"x": models_large.inputs(STACK_WIDTH, 64)}}
+    files = {"digits": digits / "model.onnx", "embedded": embedded, "stack": stack / "model.onnx",
+             "stack_calib": {"x": models_large.inputs(STACK_WIDTH, 64)}}
+    if large_mb:
+        (scratch / "large").mkdir()
+        files["large"] = models_large.matmul_stack(scratch / "large", large_mb * 10**6, STACK_WIDTH)
+    return files
 
 
 def _timed(run) -> tuple[float, object]:
@@ -232,7 +243,7 @@ def _timed(run) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def measure_noshare(repeats: int, tiles: int, weights_mb: int) -> dict:
+def measure_noshare(repeats: int, tiles: int, weights_mb: int, large_mb: int) -> dict:
     """The sweep and a large model's sharded calibration on the two-node cluster whose worker node
     cannot see the driver's files."""
     import noshare
@@ -242,7 +253,7 @@ def measure_noshare(repeats: int, tiles: int, weights_mb: int) -> dict:
         raise SystemExit(f"--no-shared-fs needs a worker node with mounts of its own: {refusal}")
     scratch = Path(tempfile.mkdtemp(prefix="quantdbg-ray-bench-"))  # in the temp folder: hidden from it
     try:
-        files = _noshare_files(scratch, weights_mb)
+        files = _noshare_files(scratch, weights_mb, large_mb)
         rows: dict = {"spare_cores": [_spare_cores()], "load": [os.getloadavg()[0]], "sweeps": {},
                       "shipped": {}, "weights": (files["stack"].parent / "model.onnx.data").stat().st_size}
         start = time.perf_counter()
@@ -250,6 +261,8 @@ def measure_noshare(repeats: int, tiles: int, weights_mb: int) -> dict:
             rows["cluster_start"] = time.perf_counter() - start
             _noshare_sweeps(rows, files, repeats, tiles)
             _noshare_calibration(rows, files, repeats)
+            if large_mb:
+                _noshare_large(rows, files["large"])
             rows["node_cache"] = RayExecutor().map(_cache_bytes, [0])[0]
         rows["spare_cores"].append(_spare_cores())
         rows["load"].append(os.getloadavg()[0])
@@ -289,6 +302,56 @@ def _noshare_calibration(rows: dict, files: dict, repeats: int) -> None:
     rows["calibration"] = {"serial": found["serial"][0], "first": first, "ray": found["ray"][0]}
 
 
+LARGE_TASKS = 8
+
+
+def _weight_read(model: onnx.ModelProto, name: str) -> tuple[str, str, int, int]:
+    """On a worker: the digest of weight ``name`` of the shipped model, read from the node's copy of
+    its data file, with the node, the worker process and the copy's inode."""
+    import ray
+
+    tensor = next(t for t in model.graph.initializer if t.name == name)
+    copy = Path(base_of(tensor)) / location_of(tensor)
+    values = hashlib.sha256(tensor_array(tensor).tobytes()).hexdigest()
+    return values, ray.get_runtime_context().get_node_id(), os.getpid(), copy.stat().st_ino
+
+
+def _noshare_large(rows: dict, path: Path) -> None:
+    """Two maps of :data:`LARGE_TASKS` tasks over the large model, each task reading one of its weights
+    on the worker node: the weights must equal the driver's, and the data file travel and land once."""
+    model = load_model(path)  # lazy: the weights stay in the data file
+    names = [t.name for t in model.graph.initializer][:: max(1, len(model.graph.initializer) // LARGE_TASKS)]
+    names = names[:LARGE_TASKS]
+    expected = [hashlib.sha256(tensor_array(t).tobytes()).hexdigest()
+                for name in names for t in model.graph.initializer if t.name == name]
+    executor, maps = RayExecutor(), []
+    for _ in range(2):
+        seconds, found = _timed(functools.partial(executor.map, _weight_read, names, shared=model))
+        assert [values for values, *_ in found] == expected, "a weight read on the node differs"
+        maps.append({"seconds": seconds, "nodes": len({f[1] for f in found}),
+                     "workers": len({f[2] for f in found}), "copies": len({(f[1], f[3]) for f in found}),
+                     **dataclasses.asdict(executor.shipments[-1])})
+    rows["large"] = {"weights": path.with_name(path.name + ".data").stat().st_size,
+                     "graph": path.stat().st_size, "maps": maps}
+
+
+def large_markdown(large: dict) -> list[str]:
+    """The rows of the large model's shipping (see :func:`_noshare_large`)."""
+    over = ", over 2 GiB: no protobuf message holds it with its weights" if large["weights"] > 2**31 else ""
+    lines = ["", f"A model of {_bytes(large['weights'])} of weights (the MatMul stack, its graph alone "
+             f"{_bytes(large['graph'])}{over}), passed as the shared object of {LARGE_TASKS} tasks that "
+             "each read one of its weights on the worker node and return its digest (all equal to the "
+             "driver's), twice with the same executor:", "",
+             "| map | tasks | worker processes | nodes | copies of the data file on the nodes | per task | "
+             "shared object | data file (once per node) | of it put by this map | wall seconds |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, m in zip(("first", "second"), large["maps"], strict=True):
+        lines.append(f"| {label} | {m['tasks']} | {m['workers']} | {m['nodes']} | {m['copies']} | "
+                     f"{_bytes(m['per_task'])} | {_bytes(m['shared'])} | {_bytes(m['files'])} | "
+                     f"{_bytes(m['new_files'])} | {m['seconds']:.1f} |")
+    return lines
+
+
 def noshare_markdown(rows: dict, command: str) -> str:
     calibration, mb = rows["calibration"], rows["weights"] / 2**20
     lines = ["## Ray without a shared filesystem", "",
@@ -313,6 +376,8 @@ def noshare_markdown(rows: dict, command: str) -> str:
     lines += shipped_table(rows["shipped"])
     lines += ["", f"The worker node's cache of the driver's files held {_bytes(rows['node_cache'])} on disk "
               "at the end: each data file once, whatever the number of tasks and maps."]
+    if "large" in rows:
+        lines += large_markdown(rows["large"])
     return "\n".join(lines)
 
 
@@ -391,12 +456,15 @@ def main(argv: list[str]) -> None:
                         help="On a two-node cluster whose worker node cannot see the driver's files instead.")
     parser.add_argument("--weights-mb", type=int, default=256,
                         help="With --no-shared-fs: weights of the generated model calibrated on it.")
+    parser.add_argument("--large-mb", type=int, default=0,
+                        help="With --no-shared-fs: also ship a generated model of this many MB of weights.")
     parser.add_argument("--no-write", action="store_true", help="Do not touch RESULTS.md.")
     args = parser.parse_args(argv)
     command = " ".join(["python", "benchmarks/ray.py", *(a for a in argv if a != "--no-write")])
     if args.no_shared_fs:
         key = "quantdbg:ray-noshare"
-        text = noshare_markdown(measure_noshare(args.repeats, args.tiles, args.weights_mb), command)
+        rows = measure_noshare(args.repeats, args.tiles, args.weights_mb, args.large_mb)
+        text = noshare_markdown(rows, command)
     elif args.minilm:
         key, text = "quantdbg:ray-minilm", minilm_markdown(measure_minilm(args.repeats, args.minilm), command)
     else:
