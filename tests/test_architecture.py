@@ -47,9 +47,6 @@ ALLOWED_DYNAMIC: dict[tuple[str, str], str] = {
         "the loader of optional third-party dependencies; its callers are checked to name no quantdbg module",
     ("quantdbg.cli.app", "build_parser"):
         "the subcommand modules, one per command, named in _COMMAND_MODULES (all in the cli stage)",
-    ("quantdbg.calibration.calibrators.base", "_load_builtins"):
-        "the calibrator registry imports the built-in calibrators on the first lookup, as it loads plugins; "
-        "those modules import the registry to register themselves",
 }
 """Dynamic imports of quantdbg modules (or of names only known at run time), by module and the function
 holding the call, with the reason each may hide its arrow from this test. Any other one fails."""
