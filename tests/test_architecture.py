@@ -21,6 +21,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("qdq",),
     ("backends",),
     ("evaluation",),
+    ("variants",),
     ("sensitivity",),
     ("diagnostics",),
     ("fallback",),
@@ -31,8 +32,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("__main__", "__init__"),
 )
 """The order data flows in: FP32 model and data -> placement -> statistics and ranges -> Q/DQ model
--> runners -> metrics -> sensitivity -> diagnoses -> fallback plan -> automatic flow -> reports -> entry
-points."""
+-> runners -> metrics -> model variants run over the data -> sensitivity -> diagnoses -> fallback plan
+-> automatic flow -> reports -> entry points."""
 
 _STAGE = {part: i for i, parts in enumerate(STAGES) for part in parts}
 
@@ -277,7 +278,7 @@ def test_a_relative_upward_import_is_caught(tmp_path):
     graph = _graph(package)
     assert graph["quantdbg.model.graph"] == {"quantdbg.pipeline.journal"}
     assert graph["quantdbg.model.io"] == {"quantdbg.model.graph"}
-    assert _upward(graph) == ["quantdbg.model.graph (stage 1) imports quantdbg.pipeline.journal (stage 11)"]
+    assert _upward(graph) == ["quantdbg.model.graph (stage 1) imports quantdbg.pipeline.journal (stage 12)"]
 
 
 def test_relative_imports_of_a_package_init_resolve_against_the_package_itself(tmp_path):

@@ -24,7 +24,7 @@ from quantdbg.qdq import quantize
 from quantdbg.qdq.cache import read_scales_json, write_scales_json
 from quantdbg.report import load_result
 from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
-from quantdbg.sensitivity.evaluator import VariantResult
+from quantdbg.variants.evaluator import VariantResult
 
 JOURNAL_RUN = {"models": "a", "data": "b", "metric": "c", "mode": "isolated"}
 SCALARS = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8)

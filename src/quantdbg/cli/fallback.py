@@ -35,8 +35,9 @@ from quantdbg.cli.app import add_command
 from quantdbg.fallback import auto_fallback
 from quantdbg.fallback.end_to_end import fallback_ingredients
 from quantdbg.model.specs import input_specs
-from quantdbg.sensitivity import SensitivityReport, VariantEvaluator
+from quantdbg.sensitivity import SensitivityReport
 from quantdbg.sensitivity.journaled import JournaledEvaluator
+from quantdbg.variants import VariantEvaluator
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
