@@ -131,7 +131,7 @@ def _instrument(clock: Clock, metric: Any) -> None:
     model over the evaluation data and the task metric (the user's evaluations), the calibration
     passes, the analysis and the search."""
     from quantdbg.pipeline import context, flow
-    from quantdbg.sensitivity.evaluator import VariantEvaluator
+    from quantdbg.variants.evaluator import VariantEvaluator
 
     run_all = VariantEvaluator._run_all
 

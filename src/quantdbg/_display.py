@@ -74,10 +74,7 @@ def frame(obj: Any) -> Any:
     Raises:
         TypeError: No DataFrame renderer is registered for its type.
     """
-    renderer = _lookup(_FRAMES, obj)
-    if renderer is None:
-        raise TypeError(f"{type(obj).__name__} has no DataFrame form.")
-    return renderer(obj)
+    return _render(_FRAMES, obj, "DataFrame")
 
 
 def markdown(obj: Any) -> str:
@@ -86,10 +83,15 @@ def markdown(obj: Any) -> str:
     Raises:
         TypeError: No Markdown renderer is registered for its type.
     """
-    renderer = _lookup(_MARKDOWN, obj)
+    return str(_render(_MARKDOWN, obj, "Markdown"))
+
+
+def _render(table: dict[type, Renderer], obj: Any, form: str) -> Any:
+    """``obj`` in the form of ``table``, which has no fallback (TypeError naming the form)."""
+    renderer = _lookup(table, obj)
     if renderer is None:
-        raise TypeError(f"{type(obj).__name__} has no Markdown form.")
-    return str(renderer(obj))
+        raise TypeError(f"{type(obj).__name__} has no {form} form.")
+    return renderer(obj)
 
 
 class Displayable:

@@ -3,6 +3,7 @@ per-tensor calibrators, excluded layers) to get the flow's model again."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import models_auto as ma
 import models_smoothing as msm
@@ -11,7 +12,7 @@ import pytest
 
 import quantdbg
 from quantdbg.config import CalibConfig, Precision, QuantConfig
-from quantdbg.errors import FormatError, ModelError
+from quantdbg.errors import ConfigError, FormatError, ModelError
 from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.pipeline import AutoConfig, AutoRecipe, SmoothQuantRepairConfig, apply_recipe, read_recipe
 
@@ -44,10 +45,39 @@ def test_recipe_files(smoothed, tmp_path):
     assert read_recipe(recipe_file) == result.recipe
     assert read_recipe(result.write(tmp_path / "plan.json")) == result.recipe
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"recipe": {"format": "quantdbg.auto_recipe/1", "exclude": "fc1"}}))
-    with pytest.raises(FormatError, match=r"bad.json'?: not a valid quantdbg.auto_recipe/1 document: field "
-                                          r"'exclude': expected a list"):
+    data = result.to_dict()
+    bad.write_text(json.dumps({**data, "recipe": {**data["recipe"], "exclude": "fc1"}}))
+    with pytest.raises(FormatError, match=r"bad.json'?: not a valid quantdbg.auto/1 document: field "
+                                          r"'recipe.exclude': expected a list"):
         read_recipe(bad)
+
+
+def test_read_recipe_knows_a_file_by_the_codecs_registry(smoothed, tmp_path):
+    _, result = smoothed
+    assert result.plan is not None and result.plan.calib is None  # the flow's plan: its recipe is beside it
+    with pytest.raises(ConfigError, match=r"fallback.json'? is a fallback plan of a model quantized else"):
+        read_recipe(result.plan.write(tmp_path / "fallback.json"))
+    plan = replace(result.plan, calib=CalibConfig("percentile"), quant=result.recipe.quant)
+    assert read_recipe(plan.write(tmp_path / "fallback.json")) == \
+        AutoRecipe(plan.calib, plan.quant, None, plan.exclude, plan.precision)
+    assert read_recipe(result.write(tmp_path / "auto.json")) == result.recipe
+    assert read_recipe(result.recipe.write(tmp_path / "recipe.json")) == result.recipe
+    report = result.report.write(tmp_path / "report.json")
+    with pytest.raises(FormatError, match=r"report.json'? holds a quantdbg.sensitivity/1 document; "
+                                          r"give .*the result of `quantdbg auto --plan` or the plan of "):
+        read_recipe(report)
+    # a "recipe" key does not make a document one: other documents, unknown tags and untagged
+    # objects are refused whatever they hold
+    recipe = result.recipe.to_dict()
+    for name, data, reason in [
+            ("sensitivity", {**result.report.to_dict(), "recipe": recipe}, "holds a quantdbg.sensitivity/1"),
+            ("foreign", {"format": "acme.plan/1", "recipe": recipe}, r'not a quantdbg document \(format '
+                                                                    r'"acme.plan/1"\); known: .*To apply'),
+            ("untagged", {"recipe": recipe}, r"not a quantdbg document \(no 'format' tag\)")]:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(FormatError, match=reason):
+            read_recipe(path)
 
 
 def test_a_recipe_for_other_node_names_is_refused(rng):

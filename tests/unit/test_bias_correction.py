@@ -23,7 +23,7 @@ from quantdbg.model.load import as_loaded
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import insert_qdq, quantize, remove_qdq
 from quantdbg.quant_math import QMAX
-from quantdbg.sensitivity.graphs import switch_graph
+from quantdbg.variants.switch import switch_graph
 
 BIASED = CalibConfig("minmax", bias_correction=True)
 

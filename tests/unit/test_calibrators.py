@@ -21,6 +21,7 @@ from quantdbg.calibration.calibrators import (
     TensorRange,
     available_calibrators,
     base,
+    calibrator,
     get_calibrator,
     register_calibrator,
 )
@@ -203,7 +204,7 @@ def test_degenerate_tensor_gets_defined_range_and_warning(method, values):
     s = _stats(values, name="dead")
     with pytest.warns(QuantDbgWarning, match="Tensor 'dead' had (only zeros|no finite values)"):
         got = get_calibrator(method).compute(s)
-    assert (got.lo, got.hi) == (-base.ZERO_TENSOR_AMAX, base.ZERO_TENSOR_AMAX)
+    assert (got.lo, got.hi) == (-calibrator.ZERO_TENSOR_AMAX, calibrator.ZERO_TENSOR_AMAX)
 
 
 def test_calibrator_num_bins_overrides_collected_resolution(rng):
@@ -245,6 +246,16 @@ def test_unregistered_config_and_bad_spec_are_refused():
         get_calibrator(Stray())
     with pytest.raises(ConfigError, match="registered name or a config instance, got dict"):
         get_calibrator({"method": "entropy"})
+
+
+def test_the_built_in_calibrators_are_the_registrys_static_table():
+    # the registry lists the built-ins itself (no import of the calibrators package fills it), and
+    # each one agrees with the spec table that configs are read with
+    assert {cls.name for cls in base.BUILTINS} == {"entropy", "minmax", "mse", "percentile"}
+    for cls in base.BUILTINS:
+        assert specs.spec_config(cls.name) is cls.config_class
+        assert type(get_calibrator(cls.name)) is cls
+        assert type(get_calibrator(cls.config_class())) is cls
 
 
 def _private_registries(monkeypatch):

@@ -165,10 +165,18 @@ def test_bad_input_is_one_line_with_status_2(files, capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["int8.onnx"]  # nothing written on bad input
 
 
-def _option(flag: str) -> argparse.Action:
+def _option(flag: str, command: str = "auto") -> argparse.Action:
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return next(a for a in commands.choices["auto"]._actions if flag in a.option_strings)
+    return next(a for a in commands.choices[command]._actions if flag in a.option_strings)
+
+
+def test_auto_and_fallback_take_the_same_search_options():
+    # one search, one budget rule: the two commands offer and describe its options alike
+    for flag in ("--mode", "--precision", "--max-evaluations"):
+        mine, theirs = _option(flag), _option(flag, "fallback")
+        assert (mine.choices, mine.default, mine.type, mine.help) == \
+            (theirs.choices, theirs.default, theirs.type, theirs.help), flag
 
 
 def test_choices_are_the_library_vocabularies():

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from quantdbg.calibration import EntropyConfig, PercentileConfig
+from quantdbg.calibration.calibrators import available_calibrators, get_calibrator
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, FormatError
 
@@ -89,6 +90,23 @@ def test_quant_config_json_round_trip():
                     "per_channel": False, "share_concat_scales": False}
     assert QuantConfig.from_dict(data) == config
     assert QuantConfig.from_dict(json.loads(json.dumps(QuantConfig().to_dict()))) == QuantConfig()
+
+
+def test_every_calibrator_kind_reads_back_in_an_interpreter_that_imported_only_the_config():
+    # the kinds and their configs come from the calibrator registry of this process; the child
+    # imports quantdbg.config alone and must read each one to the same config
+    documents = [CalibConfig(get_calibrator(name).config).to_dict() for name in available_calibrators()]
+    assert len(documents) >= 4
+    code = textwrap.dedent("""
+        import json, sys
+        from quantdbg.config import CalibConfig
+        for data in json.loads(sys.stdin.read()):
+            print(repr(CalibConfig.from_dict(data).method))
+        assert "quantdbg.calibration" not in sys.modules, "reading a config imported the calibrators"
+    """)
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(documents), capture_output=True,
+                         text=True, check=True).stdout
+    assert out.splitlines() == [repr(CalibConfig.from_dict(data).method) for data in documents]
 
 
 def test_a_calibrator_config_reads_back_whatever_was_imported_before():

@@ -17,7 +17,7 @@ from quantdbg.errors import ConfigError, DataError, MissingDependencyError
 from quantdbg.execution import Executor, LocalExecutor, RayExecutor
 from quantdbg.fallback import FallbackConfig, SearchConfig
 from quantdbg.sensitivity import SensitivityConfig
-from quantdbg.sensitivity.evaluator import _TRAVELS, VariantEvaluator
+from quantdbg.variants.evaluator import _TRAVELS, VariantEvaluator
 
 
 def _tagged(shared, item):

@@ -14,15 +14,14 @@ from quantdbg.model import load_model
 from quantdbg.model.names import name_nodes
 from quantdbg.qdq import QdqRecord
 from quantdbg.sensitivity.graphs import (
-    ENABLE_PREFIX,
     LOCAL_SUFFIX,
     QUANT_PREFIX,
     REDUCTIONS,
     LocalVariant,
     local_graph,
     paired_graph,
-    switch_graph,
 )
+from quantdbg.variants.switch import ENABLE_PREFIX, switch_graph
 
 
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:

@@ -14,8 +14,9 @@ from quantdbg.model import load_model
 from quantdbg.model.external import inline_bytes
 from quantdbg.model.staging import StagedModel
 from quantdbg.sensitivity import VariantEvaluator
-from quantdbg.sensitivity.graphs import LocalVariant, local_graph, switch_graph
+from quantdbg.sensitivity.graphs import LocalVariant, local_graph
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph
+from quantdbg.variants.switch import switch_graph
 
 WIDTH = 32
 

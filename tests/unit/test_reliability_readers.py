@@ -24,12 +24,13 @@ from quantdbg.qdq import quantize
 from quantdbg.qdq.cache import read_scales_json, write_scales_json
 from quantdbg.report import load_result
 from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
-from quantdbg.sensitivity.evaluator import VariantResult
+from quantdbg.variants.evaluator import VariantResult
 
 JOURNAL_RUN = {"models": "a", "data": "b", "metric": "c", "mode": "isolated"}
 SCALARS = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8)
 JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                     | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
+DEPTHS = st.integers(60, 70) | st.integers(900, 5_000)  # about the codec's limit (64), and past recursion
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
@@ -78,10 +79,11 @@ def _paths(value, prefix=()):
 def mutated(draw, doc, lines=False):
     """``doc`` with one to three mutations, as the text a reader sees (``lines``: a list as JSON lines)."""
     doc = json.loads(json.dumps(doc))
+    buried: dict[str, tuple[int, object]] = {}
     for _ in range(draw(st.integers(1, 3))):
         paths = list(_paths(doc))
         path = draw(st.sampled_from(paths))
-        action = draw(st.sampled_from(["replace", "replace", "delete", "empty"]))
+        action = draw(st.sampled_from(["replace", "replace", "delete", "empty", "deep"]))
         if not path:
             doc = draw(JSON) if action == "replace" else doc
             continue
@@ -93,12 +95,26 @@ def mutated(draw, doc, lines=False):
         elif action == "empty":
             old = parent[path[-1]]
             parent[path[-1]] = type(old)() if isinstance(old, (list, dict)) else None
+        elif action == "deep":  # a marker json.dumps can write, nested in the text below
+            marker = f"@@deep{len(buried)}@@"
+            buried[marker] = (draw(DEPTHS), parent[path[-1]])
+            parent[path[-1]] = marker
         else:
             parent[path[-1]] = draw(JSON)
+    return _bury(_text(doc, lines), buried, draw)
+
+
+def _text(doc, lines: bool) -> str:
     if lines and isinstance(doc, list):
-        text = "".join(json.dumps(item) + "\n" for item in doc)
-    else:
-        text = json.dumps(doc)
+        return "".join(json.dumps(item) + "\n" for item in doc)
+    return json.dumps(doc)
+
+
+def _bury(text: str, buried: dict[str, tuple[int, object]], draw) -> str:
+    """``text`` with each marker replaced by its value nested ``depth`` lists down (json.dumps cannot
+    write thousands of levels), then maybe cut short."""
+    for marker, (depth, old) in buried.items():
+        text = text.replace(json.dumps(marker), "[" * depth + json.dumps(old) + "]" * depth)
     return text[:draw(st.integers(0, len(text)))] if draw(st.integers(0, 9)) == 0 else text
 
 
@@ -163,6 +179,24 @@ def test_a_mutated_file_raises_only_the_librarys_errors(documents, tmp_path_fact
     _reads_back(documents, reader, tmp_path_factory.mktemp("genuine"))
     kind, read = READERS[reader]
     _fuzz(documents, kind, read, tmp_path_factory)
+
+
+@pytest.mark.parametrize("depth", [65, 5_000])
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_value_nested_past_the_limit_is_the_librarys_error(documents, tmp_path, reader, depth):
+    # the deepest value of the genuine document, buried under ``depth`` lists: past the codec's limit
+    # (65) and past the interpreter's recursion limit (5000), where json.loads alone raises RecursionError
+    kind, read = READERS[reader]
+    doc = json.loads(json.dumps(documents[kind]))
+    path = max(_paths(doc), key=len)
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    old, parent[path[-1]] = parent[path[-1]], "@@deep@@"
+    text = _text(doc, kind == "journal").replace('"@@deep@@"', "[" * depth + json.dumps(old) + "]" * depth)
+    (tmp_path / "f.json").write_text(text)
+    with pytest.raises(QuantDbgError):
+        read(tmp_path / "f.json")
 
 
 def test_the_genuine_documents_read_back(documents, tmp_path):

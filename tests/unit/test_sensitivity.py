@@ -25,14 +25,14 @@ from quantdbg.sensitivity import (
     analyze_sensitivity,
     suggest_calibrators,
 )
-from quantdbg.sensitivity import graphs as _analysis
 from quantdbg.sensitivity.analyze import finished_report
 from quantdbg.sensitivity.config import MODES
-from quantdbg.sensitivity.evaluator import VariantResult
 from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.modes import MODE_FUNCTIONS
 from quantdbg.sensitivity.reductions import sums_to_metrics
 from quantdbg.sensitivity.suggest import _glob_escape
+from quantdbg.variants import switch as _analysis
+from quantdbg.variants.evaluator import VariantResult
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 PLANTED = {"mlp4": ("act1", "fc2"), "small_cnn": ("r1", "conv2")}

@@ -19,7 +19,6 @@ from quantdbg.pipeline import AutoConfig
 from quantdbg.pipeline.flow import _ingredients
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import VariantEvaluator
-from quantdbg.sensitivity.evaluator import VariantResult
 from quantdbg.sensitivity.journaled import (
     EvaluationRecord,
     JournaledEvaluator,
@@ -29,6 +28,7 @@ from quantdbg.sensitivity.journaled import (
     evaluation,
     model_key,
 )
+from quantdbg.variants.evaluator import VariantResult
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from quantdbg import _display, _json
 from quantdbg.calibration.bias_correction import BiasCorrections, correct_biases
-from quantdbg.calibration.calibrators.base import Calibrator, TensorRange, get_calibrator
+from quantdbg.calibration.calibrators.base import get_calibrator
+from quantdbg.calibration.calibrators.calibrator import Calibrator, TensorRange
 from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonfinite
 from quantdbg.calibration.equalization import Equalization, equalize
 from quantdbg.calibration.sample_peaks import check_beyond_fp16, warn_one_sample_ranges

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 
 import onnx
 
-from quantdbg.calibration.calibrators.base import TensorRange
+from quantdbg.calibration.calibrators.calibrator import TensorRange
 from quantdbg.calibration.stats import TensorStats
 from quantdbg.errors import DataError, ModelError, QuantDbgWarning
 from quantdbg.model.external import tensor_array

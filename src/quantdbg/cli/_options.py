@@ -11,16 +11,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, QuantConfig
+from quantdbg.calibration import available_calibrators
+from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, Precision, QuantConfig
 from quantdbg.data import as_model_data, read_npz
 from quantdbg.diagnostics.findings import FAIL_ON, FAIL_ON_SHOWN
 from quantdbg.errors import ConfigError, DataError, ModelError
 from quantdbg.evaluation import Accuracy, CommandMetric, OutputMetric, TaskMetric, Top1Agreement
 from quantdbg.evaluation.metrics import METRIC_NAMES
 from quantdbg.execution import Executor, RayExecutor
-from quantdbg.fallback import FallbackTarget
+from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.model.load import as_loaded, quantized_nodes
 from quantdbg.qdq import quantize, records_from_model
+from quantdbg.sensitivity import SensitivityConfig
+from quantdbg.sensitivity.config import MODES
 
 TOP1 = "top1"
 """The ``--metric`` choice for top-1 agreement with FP32 (:class:`~quantdbg.evaluation.Top1Agreement`)."""
@@ -35,7 +38,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                     "FP32.")
     parser.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
     parser.add_argument("--fp32", metavar="FP32.onnx", help="FP32 original of a Q/DQ MODEL.")
-    add_method_option(parser, metavar=None, help="Calibrator when MODEL is FP32 (default entropy).")
+    add_method_option(parser, help="Calibrator when MODEL is FP32 (default entropy).")
     add_quant_options(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
     parser.add_argument("--metric", choices=READY_METRICS, default="sqnr",
@@ -160,6 +163,26 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
                         help="Output SQNR against FP32 >= DB dB (no task metric needed).")
 
 
+def add_search_options(parser: argparse.ArgumentParser) -> None:
+    """Adds how a fallback search ranks the layers and what those it keeps out of INT8 compute in:
+    --mode, --precision and --max-evaluations (``fallback`` and ``auto``; read by
+    :func:`fallback_config`)."""
+    parser.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
+    parser.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
+                        help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
+    parser.add_argument("--max-evaluations", type=int,
+                        help="Search budget (default: the search's bound for max(4, L/10) layers).")
+
+
+def fallback_config(args: argparse.Namespace, run: Executor | None, *,
+                    progress: bool = False) -> FallbackConfig:
+    """The FallbackConfig the options of :func:`add_search_options` describe; the ranking and the
+    search run on ``run`` (``progress``: show the ranking's progress bar)."""
+    ranking = SensitivityConfig(mode=args.mode, progress=progress, executor=run)
+    return FallbackConfig(ranking, precision=Precision(args.precision), max_evaluations=args.max_evaluations,
+                          executor=run)
+
+
 def fallback_target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
     """The target --min-metric, --max-rel-loss or --min-sqnr set, in the direction of ``metric``
     (the one :func:`task_metric` builds: the output SQNR for --min-sqnr)."""
@@ -280,8 +303,10 @@ def resolve_model(args: argparse.Namespace) -> str | None:
     return None
 
 
-def add_method_option(parser: argparse.ArgumentParser, *, metavar: str | None, help: str) -> None:
-    """Adds ``--method`` (default entropy), with ModelOpt's ``--calibration_method`` as an alias."""
+def add_method_option(parser: argparse.ArgumentParser, *, help: str, listed: bool = False) -> None:
+    """Adds ``--method`` (default entropy), with ModelOpt's ``--calibration_method`` as an alias; the
+    usage lists the registered calibrators when ``listed``."""
+    metavar = "{" + ",".join(available_calibrators()) + "}" if listed else "METHOD"
     parser.add_argument("--method", "--calibration_method", default="entropy", metavar=metavar, help=help)
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from quantdbg._io import commit_together
 from quantdbg.backends.tensorrt import TrtConfig
-from quantdbg.calibration import available_calibrators
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     READY_METRICS,
@@ -26,9 +25,11 @@ from quantdbg.cli._options import (
     add_model_argument,
     add_out_option,
     add_quant_options,
+    add_search_options,
     add_target_options,
     eval_data,
     executor,
+    fallback_config,
     fallback_target,
     on_executor,
     quant_config,
@@ -38,18 +39,15 @@ from quantdbg.cli._options import (
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.cli.app import add_command
-from quantdbg.config import CalibConfig, Precision
+from quantdbg.config import CalibConfig
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
-from quantdbg.fallback import FallbackConfig
 from quantdbg.model.load import as_loaded
 from quantdbg.model.specs import input_specs
 from quantdbg.pipeline import AutoConfig, AutoResult, auto
 from quantdbg.pipeline.config import REPAIRS
 from quantdbg.report import write_report
-from quantdbg.sensitivity import SensitivityConfig
-from quantdbg.sensitivity.config import MODES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,16 +76,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _add_settings(auto: argparse.ArgumentParser) -> None:
-    methods = available_calibrators()
-    add_method_option(auto, metavar="{" + ",".join(methods) + "}",
-                      help="Default calibrator the repairs start from (default entropy).")
+    add_method_option(auto, listed=True, help="Default calibrator the repairs start from (default entropy).")
     auto.add_argument("--repairs", nargs="*", choices=REPAIRS, default=list(REPAIRS), metavar="REPAIR",
                       help=f"INT8 repairs to try, in order ({', '.join(REPAIRS)}; default all; none: give "
                            "no value).")
-    auto.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
-    auto.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
-                      help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
-    auto.add_argument("--max-evaluations", type=int, help="Search budget (default 2*log2(L)+2).")
+    add_search_options(auto)
     auto.add_argument("--max-fallback", type=float, default=25.0, metavar="PCT",
                       help="Most layers kept out of INT8, in %% of the quantized layers (default 25).")
     auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
@@ -118,11 +111,8 @@ def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) ->
     if not 0.0 < args.max_fallback <= 100.0:
         raise ConfigError(f"--max-fallback is a percentage in (0, 100], got {args.max_fallback:g}.")
     run = executor(args)
-    fallback = FallbackConfig(SensitivityConfig(mode=args.mode, executor=run),
-                              precision=Precision(args.precision), max_evaluations=args.max_evaluations,
-                              executor=run)
     calib = on_executor(CalibConfig(method=args.method), args, run)
-    return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback,
+    return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback_config(args, run),
                       max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
                       progress=show_progress(args), resume_path=resume, engine=engine)
 

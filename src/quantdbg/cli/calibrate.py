@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                     "TensorRT builds with explicit quantization.")
     add_model_argument(parser, help="FP32 .onnx model (never modified).")
     add_data_option(parser, required=True, help=".npz mapping each model input name to its samples (axis 0).")
-    add_method_option(parser, metavar="{" + ",".join(methods) + "}",
+    add_method_option(parser, listed=True,
                       help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin "
                            "calibrator; default: entropy).")
     add_out_option(parser, metavar="OUT.onnx", help="Where to write the Q/DQ model.")

@@ -38,8 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--html", metavar="OUT.html", help="Also write the HTML report.")
     parser.add_argument("--md", metavar="OUT.md",
                         help="Also write the Markdown report ('-': print it instead of the text).")
-    add_method_option(parser, metavar="METHOD",
-                      help="Calibrator the model is examined with (default: entropy).")
+    add_method_option(parser, help="Calibrator the model is examined with (default: entropy).")
     parser.add_argument("--checks", nargs="+", choices=CHECKS, metavar="CHECK",
                         help=f"Run only these checks ({', '.join(CHECKS)}).")
     parser.add_argument("--confirm-top", type=int, default=3, metavar="K",

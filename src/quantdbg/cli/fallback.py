@@ -19,8 +19,10 @@ from quantdbg.cli._build import add_profile_option, print_commands, profile_conf
 from quantdbg.cli._options import (
     add_model_options,
     add_out_option,
+    add_search_options,
     add_target_options,
     executor,
+    fallback_config,
     fallback_target,
     load_inputs,
     quant_config,
@@ -30,13 +32,12 @@ from quantdbg.cli._options import (
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.cli.app import add_command
-from quantdbg.config import Precision
-from quantdbg.fallback import FallbackConfig, auto_fallback
+from quantdbg.fallback import auto_fallback
 from quantdbg.fallback.end_to_end import fallback_ingredients
 from quantdbg.model.specs import input_specs
-from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator
-from quantdbg.sensitivity.config import MODES
+from quantdbg.sensitivity import SensitivityReport
 from quantdbg.sensitivity.journaled import JournaledEvaluator
+from quantdbg.variants import VariantEvaluator
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,11 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                        "a target, and write the mixed-precision model and its plan.")
     add_model_options(fallback)
     add_target_options(fallback)
-    fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
-    fallback.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
-                          help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
-    fallback.add_argument("--max-evaluations", type=int,
-                          help="Search budget (default: the search's bound for max(4, L/10) layers).")
+    add_search_options(fallback)
     fallback.add_argument("--report", metavar="RESULT.json",
                           help="Walk this analyze report instead of ranking.")
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
@@ -80,10 +77,7 @@ def _fallback(args: argparse.Namespace, partial: Path) -> int:
     metric, fp_model, qmodel, data = load_inputs(args)
     engine = profile_config(args.profile, input_specs(fp_model.proto), args.batch_size)
     report = SensitivityReport.read(args.report) if args.report else None
-    run = executor(args)
-    config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
-                            precision=Precision(args.precision), max_evaluations=args.max_evaluations,
-                            executor=run)
+    config = fallback_config(args, executor(args), progress=show_progress(args))
     restart(args, partial)
     plain = VariantEvaluator(fp_model, qmodel, data, metric)
     ingredients = fallback_ingredients(plain, target, config, report)

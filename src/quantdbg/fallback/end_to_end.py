@@ -20,8 +20,9 @@ from quantdbg.fallback.search import Score, search_fallback
 from quantdbg.fallback.target import FallbackTarget
 from quantdbg.model.footprint import footprint
 from quantdbg.qdq import QuantizedModel
-from quantdbg.sensitivity import SensitivityReport, VariantEvaluator
+from quantdbg.sensitivity import SensitivityReport
 from quantdbg.sensitivity.analyze import analyze_variants
+from quantdbg.variants import VariantEvaluator
 
 
 @dataclass(frozen=True, repr=False)

@@ -33,9 +33,9 @@ from quantdbg.placement import QdqPlan, plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
 from quantdbg.sensitivity import SensitivityReport
 from quantdbg.sensitivity.analyze import analyze_evidence, analyze_variants
-from quantdbg.sensitivity.evaluator import default_runner_factory
 from quantdbg.sensitivity.journaled import JournaledEvaluator, model_key
 from quantdbg.sensitivity.report import EvidenceReport
+from quantdbg.variants.evaluator import default_runner_factory
 
 logger = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from quantdbg.pipeline.records import RepairRecord
 from quantdbg.pipeline.repairs import REPAIR_PASSES
 from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
-from quantdbg.sensitivity import VariantEvaluator
 from quantdbg.sensitivity.journaled import JournaledMetric, model_key
+from quantdbg.variants import VariantEvaluator
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from quantdbg import _json
 from quantdbg._json import Serializable
@@ -88,25 +88,37 @@ def recipe_of(plan: FallbackPlan, source: str = "the plan") -> AutoRecipe:
     return AutoRecipe(plan.calib, plan.quant, None, plan.exclude, plan.precision)
 
 
+_RECIPE_FILES = ("give a recipe, the result of `quantdbg auto --plan` or the plan of "
+                 "`quantdbg fallback --plan`.")
+
+
 def read_recipe(path: str | os.PathLike) -> AutoRecipe:
-    """Reads a recipe file, the recipe section of a result of the flow (``quantdbg auto --plan``), or
-    the recipe of a fallback plan (``quantdbg fallback --plan``, :func:`recipe_of`).
+    """Reads a recipe file, the recipe of a result of the flow (``quantdbg auto --plan``), or the
+    recipe of a fallback plan (``quantdbg fallback --plan``, :func:`recipe_of`); the codec's registry
+    tells which document the file is (:func:`quantdbg._json.detect`).
 
     Raises:
-        FormatError: The file is unreadable or holds no valid recipe (file and field named).
+        FormatError: The file is unreadable, not one of those documents, or holds no valid recipe
+            (file and field named).
         ConfigError: A fallback plan that does not record its calibration.
     """
     data = _json.read_json(path)
     source = repr(os.fspath(path))
-    tag = data.get("format") if isinstance(data, dict) else None
-    if isinstance(tag, str) and tag.startswith("quantdbg.fallback_plan/"):
-        return recipe_of(FallbackPlan.from_dict(data, source), source)
-    if isinstance(data, dict) and isinstance(data.get("recipe"), dict):
-        data = data["recipe"]
-    elif isinstance(tag, str) and not tag.startswith("quantdbg.auto_recipe/"):
-        raise FormatError(f"{source} holds a {tag} document; give the result of `quantdbg auto --plan` or "
-                          "the plan of `quantdbg fallback --plan`.")
-    return AutoRecipe.from_dict(data, source)
+    try:
+        cls = _json.detect(data, source)
+    except FormatError as err:
+        raise FormatError(f"{err} To apply a recipe, {_RECIPE_FILES}") from None
+    if cls is not AutoRecipe and cls is not FallbackPlan and not _carries_recipe(cls):
+        raise FormatError(f"{source} holds a {_json.format_of(cls)} document; {_RECIPE_FILES}")
+    document = _json.load(cls, data, source)
+    if isinstance(document, FallbackPlan):
+        return recipe_of(document, source)
+    return document if isinstance(document, AutoRecipe) else document.recipe
+
+
+def _carries_recipe(cls: type) -> bool:
+    """Whether a document holds a recipe section (the flow's result)."""
+    return is_dataclass(cls) and any(f.name == "recipe" for f in fields(cls))
 
 
 def _as_recipe(recipe: RecipeSource) -> AutoRecipe:

@@ -1,7 +1,8 @@
 """Sensitivity: which quantized layers hurt, ranked by node name, with the evidence of why.
 
-``config`` (modes, SensitivityConfig) -> ``evaluator`` (variants of the Q/DQ model on one session of
-the ``graphs``' switchable graph; ``journaled`` keeps its evaluations in the run's journal) ->
+``config`` (modes, SensitivityConfig) -> the evaluator of :mod:`quantdbg.variants` (variants of the
+Q/DQ model on one session of its switchable graph; ``journaled`` keeps its evaluations in the run's
+journal) -> ``graphs`` (the local and paired graphs) ->
 ``modes`` (registry: ``local``, ``cumulative``, ``sweep`` for isolated / leave-one-out, summed by
 ``reductions``) -> ``evidence`` -> ``output_space`` (each layer alone in INT8, scored on the model's
 outputs; ``ranks`` fuses that ranking with the mode's and measures their agreement) ->
@@ -10,10 +11,10 @@ outputs; ``ranks`` fuses that ranking with the mode's and measures their agreeme
 """
 from quantdbg.sensitivity.analyze import analyze_sensitivity
 from quantdbg.sensitivity.config import SensitivityConfig
-from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.evidence import LayerEvidence
 from quantdbg.sensitivity.report import LayerSensitivity, SensitivityReport
 from quantdbg.sensitivity.suggest import suggest_calibrators
+from quantdbg.variants.evaluator import VariantEvaluator
 
 __all__ = [
     "LayerEvidence", "LayerSensitivity", "SensitivityConfig", "SensitivityReport", "VariantEvaluator",

@@ -1,6 +1,6 @@
 """Per-layer sensitivity analysis of a Q/DQ model against its FP32 original.
 
-:func:`analyze_sensitivity` builds a :class:`~quantdbg.sensitivity.evaluator.VariantEvaluator`,
+:func:`analyze_sensitivity` builds a :class:`~quantdbg.variants.evaluator.VariantEvaluator`,
 runs the mode (:mod:`quantdbg.sensitivity.modes`), adds the evidence and, for the modes that rank
 by a layer's own error, the output-space ranking (:mod:`quantdbg.sensitivity.output_space`), and
 ranks the layers into a :class:`~quantdbg.sensitivity.report.SensitivityReport`. With
@@ -27,13 +27,13 @@ from quantdbg.evaluation.metrics import MetricName
 from quantdbg.model.load import ModelSource
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import OUTPUT_SPACE_MODES, SensitivityConfig
-from quantdbg.sensitivity.evaluator import VariantEvaluator, default_runner_factory
 from quantdbg.sensitivity.evidence import collect_evidence
 from quantdbg.sensitivity.journaled import JournaledEvaluator, analysis_metric, model_key
 from quantdbg.sensitivity.measurement import quantized_inputs
 from quantdbg.sensitivity.modes import measure
 from quantdbg.sensitivity.output_space import measure_output_space
 from quantdbg.sensitivity.report import EvidenceReport, LayerEvidenceEntry, SensitivityReport
+from quantdbg.variants.evaluator import VariantEvaluator, default_runner_factory
 
 _DEFAULT = SensitivityConfig()
 

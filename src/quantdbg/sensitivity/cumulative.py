@@ -20,11 +20,12 @@ from quantdbg.evaluation import OutputMetrics
 from quantdbg.evaluation.metrics import MetricAccumulator
 from quantdbg.quant_math import NSR_CAP, nsr
 from quantdbg.sensitivity.config import SensitivityConfig
-from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
-from quantdbg.sensitivity.graphs import float_value_types, paired_graph
+from quantdbg.sensitivity.graphs import paired_graph
 from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.reductions import DataPass, reduce_outputs, sums_to_metrics
 from quantdbg.sensitivity.report import TensorError
+from quantdbg.variants.evaluator import VariantEvaluator, VariantResult
+from quantdbg.variants.switch import float_value_types
 
 
 @dataclass(frozen=True)

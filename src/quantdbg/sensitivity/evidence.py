@@ -28,9 +28,10 @@ from quantdbg.model.graph import trans_b
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import channel_axis, channel_scale, fake_quant, zeroed_fraction
 from quantdbg.sensitivity.config import SensitivityConfig
-from quantdbg.sensitivity.evaluator import VariantEvaluator
-from quantdbg.sensitivity.graphs import LocalVariant, fp32_weight
+from quantdbg.sensitivity.graphs import LocalVariant
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph
+from quantdbg.variants.evaluator import VariantEvaluator
+from quantdbg.variants.switch import fp32_weight
 
 logger = logging.getLogger(__name__)
 

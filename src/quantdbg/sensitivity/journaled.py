@@ -28,7 +28,7 @@ from quantdbg.evaluation.task import as_task_metric
 from quantdbg.model.external import model_bytes
 from quantdbg.model.load import ModelSource
 from quantdbg.qdq import QuantizedModel
-from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
+from quantdbg.variants.evaluator import VariantEvaluator, VariantResult
 
 
 def model_key(model: onnx.ModelProto) -> str:

@@ -9,10 +9,10 @@ import math
 
 from quantdbg._journal import Journal
 from quantdbg.sensitivity.config import SensitivityConfig
-from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant
 from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph
+from quantdbg.variants.evaluator import VariantEvaluator
 
 
 def measure_local(evaluator: VariantEvaluator, config: SensitivityConfig, journal: Journal) -> Measurement:

@@ -8,10 +8,10 @@ from quantdbg.evaluation import OutputMetrics
 from quantdbg.model.footprint import footprint
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import Mode
-from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 from quantdbg.sensitivity.evidence import LayerEvidence
 from quantdbg.sensitivity.output_space import OutputSpace
 from quantdbg.sensitivity.report import LayerSensitivity, QuantizedInput, SensitivityReport, TensorError
+from quantdbg.variants.evaluator import VariantEvaluator, VariantResult
 
 
 @dataclass

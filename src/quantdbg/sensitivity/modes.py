@@ -12,10 +12,10 @@ from types import MappingProxyType
 from quantdbg._journal import Journal
 from quantdbg.sensitivity.config import Mode, SensitivityConfig
 from quantdbg.sensitivity.cumulative import measure_cumulative
-from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.local import measure_local
 from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.sweep import measure_sweep
+from quantdbg.variants.evaluator import VariantEvaluator
 
 ModeFunction = Callable[[VariantEvaluator, SensitivityConfig, Journal], Measurement]
 """``measure(evaluator, config, journal) -> Measurement``."""

@@ -18,7 +18,7 @@ from quantdbg._progress import track
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import OutputMetric, TaskMetric
 from quantdbg.execution import Executor
-from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
+from quantdbg.variants.evaluator import VariantEvaluator, VariantResult
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import onnx
 from quantdbg._progress import track
 from quantdbg.evaluation import OutputMetrics
 from quantdbg.evaluation.metrics import metrics_from_sums
-from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant, local_graph
+from quantdbg.variants.evaluator import VariantEvaluator
 
 _SUMS = 5  # signal, noise, test, max_abs, count
 K = TypeVar("K", bound=Hashable)

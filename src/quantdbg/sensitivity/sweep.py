@@ -15,8 +15,8 @@ from quantdbg._journal import EVALUATION, Journal
 from quantdbg.evaluation import OutputMetrics
 from quantdbg.execution import Executor, LocalExecutor
 from quantdbg.sensitivity.config import Mode, SensitivityConfig
-from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 from quantdbg.sensitivity.measurement import Measurement
+from quantdbg.variants.evaluator import VariantEvaluator, VariantResult
 
 logger = logging.getLogger(__name__)
 

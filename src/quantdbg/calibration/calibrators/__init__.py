@@ -3,14 +3,8 @@
 Built in: ``minmax``, ``entropy``, ``percentile``, ``mse``. Others register through
 :func:`register_calibrator` or the entry-point group ``quantdbg.calibrators``.
 """
-from quantdbg.calibration.calibrators.base import (
-    Calibrator,
-    HistogramCalibrator,
-    TensorRange,
-    available_calibrators,
-    get_calibrator,
-    register_calibrator,
-)
+from quantdbg.calibration.calibrators.base import available_calibrators, get_calibrator, register_calibrator
+from quantdbg.calibration.calibrators.calibrator import Calibrator, HistogramCalibrator, TensorRange
 from quantdbg.calibration.calibrators.entropy import EntropyCalibrator, EntropyConfig
 from quantdbg.calibration.calibrators.minmax import MinMaxCalibrator, MinMaxConfig
 from quantdbg.calibration.calibrators.mse import MseCalibrator, MseConfig

@@ -23,16 +23,18 @@ from __future__ import annotations
 import numpy as np
 
 from quantdbg._calibrator_specs import NUM_LEVELS, EntropyConfig
-from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator
+from quantdbg.calibration.calibrators.calibrator import HistogramCalibrator
 from quantdbg.calibration.stats import TensorStats
 from quantdbg.errors import ConfigError
 
 _TIE = 1e-12  # relative: divergences this close to the minimum count as ties (last one wins)
 
 
-@register_calibrator("entropy", config=EntropyConfig)
 class EntropyCalibrator(HistogramCalibrator):
     """Minimum KL divergence between the clipped |x| distribution and its 128-level version."""
+
+    name = "entropy"
+    config_class = EntropyConfig
 
     def compute_amax(self, stats: TensorStats) -> float:
         """Returns the edge of the last candidate bin of least divergence (at most max |x|)."""

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from quantdbg._calibrator_specs import MinMaxConfig
-from quantdbg.calibration.calibrators.base import Calibrator, register_calibrator
+from quantdbg.calibration.calibrators.calibrator import Calibrator
 from quantdbg.calibration.stats import TensorStats
 
 
-@register_calibrator("minmax", config=MinMaxConfig)
 class MinMaxCalibrator(Calibrator):
     """``amax = max |x|`` over every finite value seen (needs no histogram)."""
+
+    name = "minmax"
+    config_class = MinMaxConfig
 
     needs_histogram = False
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from quantdbg._calibrator_specs import MseConfig
-from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator
+from quantdbg.calibration.calibrators.calibrator import HistogramCalibrator
 from quantdbg.calibration.calibrators.entropy import best_candidate
 from quantdbg.calibration.stats import TensorStats
 from quantdbg.quant_math import QMAX
@@ -25,9 +25,11 @@ from quantdbg.quant_math import QMAX
 """Largest magnitude of symmetric INT8."""
 
 
-@register_calibrator("mse", config=MseConfig)
 class MseCalibrator(HistogramCalibrator):
     """Least expected squared error (clipping + rounding) over the bin-edge candidates."""
+
+    name = "mse"
+    config_class = MseConfig
 
     def compute_amax(self, stats: TensorStats) -> float:
         """Returns the candidate edge of least expected error (at most max |x|)."""

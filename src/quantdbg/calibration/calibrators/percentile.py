@@ -4,17 +4,19 @@ from __future__ import annotations
 import numpy as np
 
 from quantdbg._calibrator_specs import PercentileConfig
-from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator
+from quantdbg.calibration.calibrators.calibrator import HistogramCalibrator
 from quantdbg.calibration.stats import TensorStats
 
 
-@register_calibrator("percentile", config=PercentileConfig)
 class PercentileCalibrator(HistogramCalibrator):
     """``amax`` = upper edge of the first bin where the |x| CDF reaches ``percentile`` %.
 
     Taking the upper edge guarantees that at least ``percentile`` % of the values lie inside
     ``[-amax, amax]``; the result never exceeds max |x| (so ``percentile=100`` is ``minmax``).
     """
+
+    name = "percentile"
+    config_class = PercentileConfig
 
     def compute_amax(self, stats: TensorStats) -> float:
         """Returns the percentile clip."""

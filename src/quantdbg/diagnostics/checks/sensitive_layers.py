@@ -9,7 +9,8 @@ from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
 from quantdbg.quant_math import nsr
-from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, analyze_sensitivity
+from quantdbg.variants import VariantEvaluator
 
 
 @dataclass(frozen=True)

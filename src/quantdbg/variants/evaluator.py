@@ -1,6 +1,6 @@
 """Scoring variants of a Q/DQ model -- any subset of its layers quantized -- against FP32.
 
-Variants are feeds to one session of the switchable graph (:func:`~quantdbg.sensitivity.graphs.
+Variants are feeds to one session of the switchable graph (:func:`~quantdbg.variants.switch.
 switch_graph`); the FP32 reference outputs are computed once. The sensitivity sweeps and the
 fallback search share this evaluator.
 """
@@ -25,7 +25,7 @@ from quantdbg.evaluation.task import as_task_metric, concat_batches
 from quantdbg.model.external import model_bytes
 from quantdbg.model.load import ModelSource, as_loaded
 from quantdbg.qdq import QuantizedModel, remove_qdq
-from quantdbg.sensitivity.graphs import SwitchGraph, switch_graph
+from quantdbg.variants.switch import SwitchGraph, switch_graph
 
 
 @dataclass(frozen=True)
