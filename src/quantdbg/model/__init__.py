@@ -17,6 +17,7 @@ from quantdbg.model.external import fits_in_protobuf as fits_in_protobuf
 from quantdbg.model.external import is_external as is_external
 from quantdbg.model.external import model_bytes as model_bytes
 from quantdbg.model.external import tensor_array as tensor_array
+from quantdbg.model.external import tensor_nbytes as tensor_nbytes
 from quantdbg.model.external import weight_bytes as weight_bytes
 from quantdbg.model.footprint import Footprint as Footprint
 from quantdbg.model.footprint import footprint as footprint

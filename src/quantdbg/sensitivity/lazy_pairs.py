@@ -55,6 +55,34 @@ def copy_pair(model: onnx.ModelProto, record: QdqRecord, names: UniqueNames, nod
     return dq.output[0]
 
 
+def dequantize_per_run(dq: onnx.NodeProto, switch: str,
+                       names: UniqueNames) -> tuple[onnx.NodeProto, onnx.NodeProto]:
+    """A copy of a :func:`lazy_pair`'s DequantizeLinear that ONNX Runtime dequantizes at each run.
+
+    ONNX Runtime's constant folding (with its QDQ fusions off, as quantdbg runs it) would fold the
+    pair into an FP32 copy of the weight, held beside the FP32 weight the switched-off branch
+    reads. The copy reads its scale through ``Where(switch, scale, scale)`` instead: the scale
+    itself, bit for bit, whatever the switch, but no constant, so only ``Q(w)`` is folded (to an
+    INT8 constant, a quarter of the weight) and the branch dequantizes it when it runs, with the
+    same kernel that would have folded it (the values are the same).
+
+    Args:
+        dq: The pair's DequantizeLinear (not modified).
+        switch: The name of the layer's boolean switch input.
+        names: Fresh names for the graph.
+
+    Returns:
+        The ``Where`` node (it must precede the branch) and the DequantizeLinear copy reading it.
+    """
+    scale = names(f"{dq.input[1]}/per_run")
+    where = onnx.helper.make_node("Where", [switch, dq.input[1], dq.input[1]], [scale],
+                                  name=names(f"{dq.name}/per_run_scale"))
+    copy = onnx.NodeProto()
+    copy.CopyFrom(dq)
+    copy.input[1] = scale
+    return where, copy
+
+
 def _copy_init(init: onnx.TensorProto, name: str, inits: list[onnx.TensorProto]) -> str:
     copy = onnx.TensorProto()
     copy.CopyFrom(init)  # an external tensor copies its reference to the data file, not its data
@@ -63,4 +91,4 @@ def _copy_init(init: onnx.TensorProto, name: str, inits: list[onnx.TensorProto])
     return name
 
 
-__all__ = ["copy_pair", "lazy_pair"]
+__all__ = ["copy_pair", "dequantize_per_run", "lazy_pair"]
