@@ -2,9 +2,11 @@
 
 Folding ``DQ(Q(w))`` in NumPy reads the weight into memory and holds its fake-quantized copy in
 the graph, and ONNX Runtime then holds it again. For a weight left in its data file (a large
-model loaded lazily) the sensitivity graphs keep the pair instead: ONNX Runtime's constant folding
-computes it once, at session creation (inside an If's branch too), with the kernels a run would
-use, so the values are the same and only the session holds them.
+model loaded lazily) the sensitivity graphs keep the pair instead, computed by ONNX Runtime with
+the kernels a run would use, so the values are the same and only the session holds them: the
+local graph's clones read it folded at session creation (a constant, as the NumPy form is); the
+switchable graph's If branch folds only ``Q(w)``, to INT8, and dequantizes it when the branch runs
+(:func:`dequantize_per_run`), so that session holds the weight once in FP32 and once in INT8.
 """
 from __future__ import annotations
 
