@@ -7,7 +7,9 @@ writing a model per variant:
 * ``minilm_l6_v2_text``: embedding cosine to FP32 (mean over query and document rows) and
   retrieval recall@1 (queries are the first 351 eval rows, their documents the last 351);
 * ``digits_cnn``: top-1 accuracy against the labels;
-* ``silero_vad_16k``: frame ROC-AUC against the labels.
+* ``silero_vad_16k``: frame ROC-AUC against the labels;
+* ``mobilenet_digits`` (benchmarks/build_unseen.py): top-1 accuracy against the labels;
+* ``crnn_text`` (benchmarks/build_unseen.py): exact string match of the greedy CTC decoding.
 
 Run ``python benchmarks/_zoo_tasks.py NAME METRIC MODEL.onnx`` to print one metric of a model
 file as the last line, which makes it a ``quantdbg fallback --evaluate`` command.
@@ -25,7 +27,9 @@ import numpy as np
 
 ZOO = Path(os.environ.get("QDBG_MODELS", "/tmp/qdbg_models"))
 MINILM_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+LABELLED = ("digits_cnn", "mobilenet_digits", "crnn_text")  # one input array, one label row per sample
 SILERO_FRAME, SILERO_CONTEXT = 512, 64
+CRNN_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # class 0 of crnn_text is the CTC blank
 
 
 def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -56,14 +60,29 @@ def minilm_mrr(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.nda
 
 def mrr(queries: np.ndarray, docs: np.ndarray) -> float:
     """Mean reciprocal rank of each query's own document (same row) among all documents."""
+    return float(reciprocal_ranks(queries, docs).mean())
+
+
+def reciprocal_ranks(queries: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """Per query, 1 / the rank of its own document (same row) among all documents."""
     sim = queries @ docs.T
-    rank = (sim > np.diag(sim)[:, None]).sum(1) + 1
-    return float((1.0 / rank).mean())
+    return 1.0 / ((sim > np.diag(sim)[:, None]).sum(1) + 1)
 
 
 def minilm_gate(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> float:
     """min(cosine - 0.99, (recall@1 - 0.330) / 10): >= 0 exactly when both targets hold."""
     return min(minilm_cosine(outputs, reference) - 0.99, (minilm_recall1(outputs, reference) - 0.330) / 10)
+
+
+def ctc_exact(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per strip, 1.0 when the greedy CTC decoding of ``logits`` (N, T, classes; blank 0) equals the
+    label row (class indices, 0-padded), else 0.0."""
+    best = np.asarray(logits).argmax(-1)
+    keep = np.ones_like(best, bool)
+    keep[:, 1:] = best[:, 1:] != best[:, :-1]
+    keep &= best != 0
+    return np.array([np.array_equal(row[k], lab[lab > 0])
+                     for row, k, lab in zip(best, keep, labels, strict=True)], np.float64)
 
 
 def silero_auc(outputs: Mapping[str, np.ndarray], labels: np.ndarray) -> float:
@@ -125,7 +144,7 @@ def load_task(name: str, scratch: Path) -> ZooTask:
         np.savez(path, **arrays)
         c = np.load(folder / "calib.npz")
         return ZooTask(name, folder / "model.onnx", {k: c[k] for k in MINILM_INPUTS}, arrays, path, None)
-    if name == "digits_cnn":
+    if name in LABELLED:
         z = np.load(folder / "eval.npz")
         c = np.load(folder / "calib.npz")
         return ZooTask(name, folder / "model.onnx", {"input": c["input"]}, {"input": z["input"]},
@@ -138,6 +157,45 @@ def load_task(name: str, scratch: Path) -> ZooTask:
         evals = [{"input": _silero_frames(a), "h": zero, "c": zero} for a in z["audio"]]
         return ZooTask(name, folder / "model.onnx", calib, evals, None, z["label"])
     raise KeyError(f"unknown zoo task {name!r}")
+
+
+def bench_task(name: str, scratch: Path) -> ZooTask:
+    """The zoo task as the automatic-flow benchmark scores it: MiniLM's evaluation rows interleaved
+    (query, its paragraph, ...), so a leading part of the set is a set of whole pairs."""
+    loaded = load_task(name, scratch)
+    if name != "minilm_l6_v2_text":
+        return loaded
+    n = len(next(iter(loaded.eval.values()))) // 2
+    pairs = {k: np.stack([a[:n], a[n:]], axis=1).reshape(2 * n, *a.shape[1:]) for k, a in loaded.eval.items()}
+    return ZooTask(loaded.name, loaded.model, loaded.calib, pairs, None, None)
+
+
+def task_items(task: ZooTask) -> list[tuple[dict[str, np.ndarray], Any]]:
+    """The evaluation set of :func:`bench_task` as scored items, each (feed, label): one image or strip
+    (feed of one row), one (query, paragraph) pair (feed of two rows), or one clip with its frame labels."""
+    if isinstance(task.eval, list):  # Silero: one feed per clip
+        return [(feed, task.labels[i]) for i, feed in enumerate(task.eval)]
+    rows = 2 if task.name == "minilm_l6_v2_text" else 1
+    n = len(next(iter(task.eval.values()))) // rows
+    return [({k: a[i * rows:(i + 1) * rows] for k, a in task.eval.items()},
+             None if task.labels is None else task.labels[i]) for i in range(n)]
+
+
+def score_items(name: str, outputs: list[np.ndarray], labels: list[Any]) -> tuple[float, list[float] | None]:
+    """The task metric of the scored items (each item's first model output) and, when the metric is a
+    mean over items, each item's value (None for a frame ROC-AUC, which is not a mean over clips)."""
+    if name == "silero_vad_16k":
+        frames = [np.asarray(y).reshape(-1)[:o.size] for o, y in zip(outputs, labels, strict=True)]
+        probs = np.concatenate([o.reshape(-1) for o in outputs])
+        return silero_auc({"p": probs}, np.concatenate(frames)), None
+    if name == "minilm_l6_v2_text":
+        emb = np.stack(outputs).astype(np.float64)  # (items, 2, dim): query, its paragraph
+        values = reciprocal_ranks(emb[:, 0], emb[:, 1])
+    elif name == "crnn_text":
+        values = ctc_exact(np.concatenate(outputs), np.stack(labels))
+    else:
+        values = (np.concatenate(outputs).argmax(-1) == np.asarray(labels)).astype(np.float64)
+    return float(values.mean()), [float(v) for v in values]
 
 
 def _main(argv: list[str]) -> None:

@@ -4,9 +4,14 @@ Every case runs a `quantdbg` command on the embedded digits CNN in a scratch fol
 exit status, the first line of stderr, whether any input's SHA-256 changed and which files
 appeared. Then each reader gets N randomly mutated documents (a value replaced, a key dropped, the
 text cut short) and the model loader N randomly mutated protobufs; anything but the library's own
-errors counts as an escape. Prints a Markdown table (the Reliability section of RESULTS.md)::
+errors counts as an escape. Then outputs aimed at files a command reads or writes (a model's
+external data file, the --evaluate script, ``OUT.onnx.data``, the demo's files), two runs on one
+output, and a disk that fills (ENOSPC at the n-th file) or turns read-only (EROFS) mid-run, each
+counted as tried / tracebacks / inputs changed / wrong results accepted. Prints Markdown tables
+(the Reliability section of RESULTS.md)::
 
     python benchmarks/reliability.py --mutations 1000 > /tmp/reliability.md
+    python benchmarks/reliability.py --categories paths concurrent disk
 """
 from __future__ import annotations
 
@@ -31,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _reliability_outputs as outputs  # noqa: E402
 
 from quantdbg.cli import main
 from quantdbg.demo import INPUT_NAME, load_embedded
@@ -316,30 +324,161 @@ def _quietly(read: Callable[[Path], Any], path: Path) -> Any:
         return read(path)
 
 
+# Bad numeric data and model storage: each case is refused in one line (exit 2) or works with the same
+# scales as the plain model (exit 0). "wrong" counts a refusal that did not happen or a result that
+# differs; "traceback" an exception that escaped the library's errors.
+REFUSE, SAME = "refused", "same scales"
+NUMERIC_CASES = [
+    ("NaN in calibration sample 17", "calibrate m.onnx --data calib_nan.npz --method minmax --out x.onnx",
+     REFUSE),
+    ("Inf in calibration sample 17", "calibrate m.onnx --data calib_inf.npz --method minmax --out x.onnx",
+     REFUSE),
+    *((f"3e38 in calibration sample 17, {method}",
+       f"calibrate m.onnx --data calib_big.npz --method {method} --out x.onnx", REFUSE)
+      for method in ("minmax", "percentile", "entropy", "mse")),
+    ("3e38 in calibration samples 17 and 40", "calibrate m.onnx --data calib_big2.npz --method minmax "
+                                              "--out x.onnx", REFUSE),
+    ("NaN in evaluation sample 5", "analyze q.onnx --fp32 m.onnx --eval eval_nan.npz --no-evidence "
+                                   "--out x.json", REFUSE),
+    ("3e38 weight", "calibrate w_big.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
+    ("NaN weight", "calibrate w_nan.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
+    ("negative label", "analyze q.onnx --fp32 m.onnx --eval labels_neg.npz --labels label --no-evidence "
+                       "--out x.json", REFUSE),
+    ("label >= number of classes", "analyze q.onnx --fp32 m.onnx --eval labels_big.npz --labels label "
+                                   "--no-evidence --out x.json", REFUSE),
+    ("dim_param not UTF-8", "calibrate dimutf8.onnx --data calib.npz --method minmax --out x.onnx", REFUSE),
+    ("external data hard-linked twice", "calibrate linked/m.onnx --data calib.npz --method minmax "
+                                        "--out x.onnx --scales x.json", SAME),
+    ("every tensor external (size_threshold=0)", "calibrate allext/m.onnx --data calib.npz --method minmax "
+                                                 "--out x.onnx --scales x.json", SAME),
+]
+
+
+def _bad_numeric_inputs(work: Path) -> None:
+    """The files of NUMERIC_CASES, beside the plain model's reference scales (``ref.json``)."""
+    import onnx
+    from onnx import numpy_helper
+
+    emb = load_embedded()
+    calib, evals = emb.calib[INPUT_NAME][:64], emb.eval_inputs[INPUT_NAME][:64]
+    for name, value in (("nan", np.nan), ("inf", np.inf), ("big", 3e38)):
+        bad = calib.copy()
+        bad[17, 0, 3, 4] = value
+        np.savez(work / f"calib_{name}.npz", **{INPUT_NAME: bad})
+    bad = calib.copy()
+    bad[[17, 40], 0, 3, 4] = 3e38
+    np.savez(work / "calib_big2.npz", **{INPUT_NAME: bad})
+    bad = evals.copy()
+    bad[5, 0, 8, 8] = np.nan
+    np.savez(work / "eval_nan.npz", **{INPUT_NAME: bad}, label=emb.labels[:64])
+    for name, value in (("neg", -1), ("big", 10)):
+        labels = emb.labels[:64].copy()
+        labels[3] = value
+        np.savez(work / f"labels_{name}.npz", **{INPUT_NAME: evals}, label=labels)
+    model = onnx.load(str(work / "m.onnx"))
+    for name, value in (("big", 3e38), ("nan", np.nan)):
+        bad_model = onnx.ModelProto()
+        bad_model.CopyFrom(model)
+        weight = bad_model.graph.initializer[0]
+        values = numpy_helper.to_array(weight).copy()
+        values.flat[0] = value
+        weight.CopyFrom(numpy_helper.from_array(values, weight.name))
+        onnx.save(bad_model, str(work / f"w_{name}.onnx"))
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0].dim_param.encode()
+    raw = (work / "m.onnx").read_bytes()
+    (work / "dimutf8.onnx").write_bytes(raw.replace(b"\x12" + bytes([len(batch)]) + batch,
+                                                    b"\x12" + bytes([len(batch)]) + b"\xff" * len(batch), 1))
+    for folder, threshold in (("linked", 1024), ("allext", 0)):
+        (work / folder).mkdir()
+        fresh = onnx.load(str(work / "m.onnx"))  # saving as external data rewrites the proto it is given
+        onnx.save_model(fresh, str(work / folder / "m.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=threshold)
+    os.link(work / "linked" / "m.onnx.data", work / "linked" / "backup.data")
+    reference = "calibrate m.onnx --data calib.npz --method minmax --out ref.onnx --scales ref.json"
+    assert _cli(work, reference)[0] == 0
+
+
+def run_numeric_cases(work: Path) -> list[tuple[str, ...]]:
+    """One row per NUMERIC_CASES entry: exit status, last stderr line, and whether the outcome was right."""
+    rows = []
+    reference = json.loads((work / "ref.json").read_text())
+    for case, command, expected in NUMERIC_CASES:
+        before = _state(work)
+        status, line = _cli(work, command)
+        if status == -1:
+            verdict = "traceback"
+        elif expected == REFUSE:
+            verdict = "ok" if status == 2 else "wrong: accepted"
+        else:
+            same = status == 0 and _scales(work / "x.json") == _scales_of(reference)
+            verdict = "ok" if same else "wrong: failed or other scales"
+        changed = sorted(n for n, digest in before.items() if _state(work).get(n) != digest)
+        rows.append((case, str(status), line.replace("|", "\\|").replace(str(work) + "/", ""),
+                     ", ".join(changed) or "none", verdict))
+        for name in ("x.onnx", "x.json", "x.onnx.data"):
+            (work / name).unlink(missing_ok=True)
+    return rows
+
+
+def _scales(path: Path) -> dict[str, float] | None:
+    return _scales_of(json.loads(path.read_text())) if path.is_file() else None
+
+
+def _scales_of(entries: dict[str, Any]) -> dict[str, float]:
+    return {name: entry["scale"] for name, entry in entries.items()}
+
+
+def numeric_summary(rows: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """Cases, tracebacks, wrong results accepted (or failures of what must work)."""
+    verdicts = Counter(row[-1].split(":")[0] for row in rows)
+    return str(len(rows)), str(verdicts["traceback"]), str(verdicts["wrong"])
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
+CATEGORIES = ("cli", "signals", "fuzz", "numeric", "paths", "concurrent", "disk")
+
+
 def main_(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutations", type=int, default=1000, help="Mutations per reader (default 1000).")
+    parser.add_argument("--categories", nargs="+", choices=CATEGORIES, default=list(CATEGORIES),
+                        help="Which groups of cases to run (default all).")
     args = parser.parse_args(argv)
+    chosen = set(args.categories)
     with tempfile.TemporaryDirectory(prefix="quantdbg-reliability-") as tmp:
         work = Path(tmp)
         _setup(work)
         _bad_inputs(work)
-        cli = run_cli_cases(work)
-        signals = run_signal_cases(work)
-        fuzz = run_fuzz(work, args.mutations)
-    print(_table(("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"),
-                 cli))
-    print()
-    print(_table(("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"),
-                 signals))
-    print()
-    print(_table(("reader", "mutations", "escaped", "outcomes"), fuzz))
+        cli = run_cli_cases(work) if "cli" in chosen else []
+        signals = run_signal_cases(work) if "signals" in chosen else []
+        fuzz = run_fuzz(work, args.mutations) if "fuzz" in chosen else []
+        numeric: list[tuple[str, ...]] = []
+        if "numeric" in chosen:
+            _bad_numeric_inputs(work)
+            numeric = run_numeric_cases(work)
+        outputs.path_inputs(work, _cli)
+        checked = [*(outputs.run_path_cases(work, _cli, _state) if "paths" in chosen else []),
+                   *(outputs.run_concurrent_cases(work, _cli) if "concurrent" in chosen else []),
+                   *(outputs.run_disk_cases(work, _cli, _state) if "disk" in chosen else [])]
+    tables = [
+        (("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"), cli),
+        (("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"), signals),
+        (("reader", "mutations", "escaped", "outcomes"), fuzz),
+        (("bad numeric data / model storage", "exit", "stderr (last line)", "inputs changed", "outcome"),
+         numeric),
+        (("bad numeric data", "cases", "tracebacks", "wrong results accepted"),
+         [("total", *numeric_summary(numeric))] if numeric else []),
+        (("category", "case", "expected", "exit", "stderr (last line)", "inputs changed", "verdict"),
+         checked),
+        (("category", "cases tried", "tracebacks", "inputs changed", "wrong results accepted",
+          "wrongly refused"), outputs.summary(checked)),
+    ]
+    print("\n\n".join(_table(header, rows) for header, rows in tables if rows))
     return 0
 
 

@@ -1,8 +1,11 @@
-"""Shared fixtures: a seeded RNG and the location of the optional model zoo."""
+"""Shared fixtures: a seeded RNG, the location of the optional model zoo, processes to clean up."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,16 @@ ZOO = Path(os.environ.get("QDBG_MODELS", "/tmp/qdbg_models"))
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def leftovers() -> Iterator[list[int]]:
+    """Process ids to SIGKILL after the test, so that a failing test leaves nothing running."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

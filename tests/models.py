@@ -108,3 +108,13 @@ def attention_matmuls(seed: int = 0, dim: int = 8) -> onnx.ModelProto:
         gs.Node("MatMul", "scores", inputs=[q, kt], outputs=[y]),
     ]
     return _finish(gs.Graph(nodes, [x], [y], name="attention_matmuls"))
+
+
+def log_matmul(seed: int = 0, width: int = 4) -> onnx.ModelProto:
+    """x[N,W] -> Log -> l -> MatMul(W->W) -> y: finite inputs <= 0 give the activation ``l`` NaN/Inf."""
+    x = gs.Variable("x", np.float32, ("N", width))
+    log = gs.Variable("l", np.float32)
+    y = gs.Variable("y", np.float32, ("N", width))
+    nodes = [gs.Node("Log", "log", inputs=[x], outputs=[log]),
+             gs.Node("MatMul", "fc", inputs=[log, _const("fc.w", (width, width), _rng(seed))], outputs=[y])]
+    return _finish(gs.Graph(nodes, [x], [y], name="log_matmul"))

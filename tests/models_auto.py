@@ -10,6 +10,10 @@
 """
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
+
 import models
 import models_sensitivity
 import numpy as np
@@ -65,3 +69,35 @@ def relative_accuracy(outputs: dict[str, np.ndarray], reference: dict[str, np.nd
     error = sum(float(np.sum((outputs[k].astype(np.float64) - reference[k]) ** 2)) for k in reference)
     energy = sum(float(np.sum(reference[k].astype(np.float64) ** 2)) for k in reference)
     return 1.0 - float(np.sqrt(error / energy))
+
+
+SCORE_SCRIPT = """\
+import sys
+import numpy as np
+import onnxruntime as ort
+x = np.load(sys.argv[2])["x"]
+ref = np.load(sys.argv[3])["y"]
+out = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+print(1 - np.linalg.norm(out - ref) / np.linalg.norm(ref))
+"""
+"""An evaluation command's script: 1 - ||y - y_fp32|| / ||y_fp32|| on eval.npz (1.0 for the FP32 model)."""
+
+
+def write_task_files(folder: Path, model: onnx.ModelProto, calib: dict[str, np.ndarray],
+                     evals: dict[str, np.ndarray]) -> Path:
+    """Writes ``fp32.onnx``, ``calib.npz``, ``eval.npz``, the FP32 outputs ``ref.npz`` and ``score.py``."""
+    import onnxruntime as ort
+
+    onnx.save(model, str(folder / "fp32.onnx"))
+    np.savez(folder / "calib.npz", **calib)
+    np.savez(folder / "eval.npz", **evals)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.savez(folder / "ref.npz", y=session.run(None, evals)[0])
+    (folder / "score.py").write_text(SCORE_SCRIPT)
+    return folder
+
+
+def score_command(folder: Path) -> str:
+    """The ``--evaluate`` command scoring ``{model}`` with the files of :func:`write_task_files`."""
+    return " ".join(shlex.quote(str(a)) for a in (sys.executable, folder / "score.py")) + \
+        f" {{model}} {shlex.quote(str(folder / 'eval.npz'))} {shlex.quote(str(folder / 'ref.npz'))}"

@@ -52,7 +52,8 @@ def test_the_readme_lists_the_commands_it_documents():
     commands = readme_commands()
     assert commands[0] == "quantdbg demo --export ."
     subcommands = {c.split()[1] for c in commands if c.startswith("quantdbg ")}
-    assert subcommands == {"demo", "calibrate", "analyze", "fallback", "auto", "lint", "doctor", "report"}
+    assert subcommands == {"demo", "calibrate", "analyze", "fallback", "auto", "apply", "lint", "doctor",
+                           "report"}
     assert written_by("quantdbg calibrate m.onnx --data c.npz -o a.onnx --calib c.cache") == [
         "a.onnx", "c.cache"]
 

@@ -18,7 +18,8 @@ _display.add_provider("quantdbg.report.display")
 # package (quantdbg.calibration, quantdbg.placement, quantdbg.qdq, quantdbg.backends, ...).
 _API: dict[str, tuple[str, ...]] = {
     "quantdbg.errors": ("QuantDbgError", "ModelError", "DataError", "ConfigError", "FormatError",
-                        "MissingDependencyError", "BackendError", "NotCalibratedError", "QuantDbgWarning"),
+                        "MissingDependencyError", "BackendError", "OutputError", "NotCalibratedError",
+                        "QuantDbgWarning"),
     "quantdbg.config": ("CalibConfig", "QuantConfig", "Precision"),
     "quantdbg.execution": ("LocalExecutor", "RayExecutor"),
     "quantdbg.model": ("load_model", "save_model"),

@@ -118,6 +118,9 @@ class _CalibConfigForm:
     per_tensor: tuple[tuple[str, CalibratorChoice], ...]
     num_bins: int
     max_batches: int | None
+    # written only when set, so the form of files written before is unchanged
+    bias_correction: bool | None = field(default=None, metadata=_json.optional())
+    equalize: bool | None = field(default=None, metadata=_json.optional())
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,13 @@ class CalibConfig(_json.Serializable):
         num_bins: Histogram resolution the calibrators work at (|x| is collected at 16x this
             resolution and regrouped, so the bins stay useful whatever the range).
         max_batches: Stop after this many feeds (None: all).
+        bias_correction: Also measure, in one more pass, the mean shift INT8 weight rounding adds to
+            each output channel of every quantized Conv/ConvTranspose/Gemm/MatMul, and subtract it
+            from the layer's bias when the Q/DQ model is built
+            (:mod:`quantdbg.calibration.bias_correction`).
+        equalize: Calibrate (and quantize) the model after cross-layer equalization, which rescales
+            the channels of consecutive Conv/Gemm layers so their ranges balance, keeping the FP32
+            function (:mod:`quantdbg.calibration.equalization`).
         executor: Where the statistics are collected (None: in this process): with an executor the
             data is split into ``shards`` sample ranges collected as tasks and merged exactly, so the
             ranges are the same bits. Not part of the JSON form or of equality (it changes no result).
@@ -144,6 +154,8 @@ class CalibConfig(_json.Serializable):
     per_tensor: Mapping[str, CalibratorSpec] = field(default_factory=dict)
     num_bins: int = 2048
     max_batches: int | None = None
+    bias_correction: bool = False
+    equalize: bool = False
     executor: Executor | None = field(default=None, compare=False, metadata=_json.transient())
     shards: int | None = field(default=None, compare=False, metadata=_json.transient())
 
@@ -172,7 +184,7 @@ class CalibConfig(_json.Serializable):
         return _json.encode(_CalibConfigForm(
             codec.choice(self.method), tuple((op, codec.choice(s)) for op, s in self.per_op.items()),
             tuple((glob, codec.choice(s)) for glob, s in self.per_tensor.items()), self.num_bins,
-            self.max_batches))
+            self.max_batches, self.bias_correction or None, self.equalize or None))
 
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> CalibConfig:
@@ -185,7 +197,9 @@ class CalibConfig(_json.Serializable):
                       for i, (glob, c) in enumerate(form.per_tensor)}
         return _json.construct(cls, {"method": codec.spec(form.method, f"{at}method"), "per_op": per_op,
                                      "per_tensor": per_tensor, "num_bins": form.num_bins,
-                                     "max_batches": form.max_batches}, where)
+                                     "max_batches": form.max_batches,
+                                     "bias_correction": bool(form.bias_correction),
+                                     "equalize": bool(form.equalize)}, where)
 
 
 @dataclass(frozen=True)

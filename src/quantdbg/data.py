@@ -347,9 +347,34 @@ def as_model_data(source: DataSource, model: onnx.ModelProto,
         raise DataError(f"batch_size must be >= 1, got {batch_size}.")
     specs = input_specs(model)
     feeds = as_data(source, batch_size or DEFAULT_BATCH_SIZE, inputs=list(specs))
+    refuse_nonfinite(feeds, repr(str(source)) if isinstance(source, (str, os.PathLike)) else "The data")
     if batch_size is not None and isinstance(feeds, ArrayData) and feeds.batch_size != batch_size:
         feeds = feeds.with_batch_size(batch_size)
     return fit_to_inputs(feeds, specs)
+
+
+def refuse_nonfinite(data: CalibrationData, origin: str) -> None:
+    """Refuses NaN/Inf in whole arrays or ready feeds, naming the input and the first sample holding
+    one (counted from 0 over all of the data); other iterables are checked feed by feed
+    (:func:`check_feed`).
+
+    Args:
+        data: Data from :func:`as_data`.
+        origin: Names the data in the message (e.g. the file).
+
+    Raises:
+        DataError: A floating-point input holds NaN or Inf.
+    """
+    if isinstance(data, ArrayData):
+        for name, array in data.arrays.items():
+            _check_finite(array[:len(data)], name, origin, 0, per_sample=True)
+    elif isinstance(data, FeedList):
+        first = 0
+        for feed in data.feeds:
+            batched = not isinstance(feed, SampleFeed)
+            for name, array in feed.items():
+                _check_finite(np.asarray(array), name, origin, first, per_sample=batched)
+            first += samples_in(feed)
 
 
 @dataclass(frozen=True)
@@ -485,19 +510,23 @@ def samples_in(feed: Feed) -> int:
     return int(first.shape[0]) if first is not None and first.ndim else 1
 
 
-def check_feed(feed: Feed, specs: Mapping[str, TensorSpec], where: str = "feed") -> dict[str, np.ndarray]:
+def check_feed(feed: Feed, specs: Mapping[str, TensorSpec], where: str = "feed",
+               first_sample: int | None = None) -> dict[str, np.ndarray]:
     """Checks one feed against the model's inputs and returns it as contiguous arrays.
 
     Args:
         feed: Input name -> array.
         specs: The model's inputs, from :func:`quantdbg.model.input_specs`.
         where: Names the feed in messages, e.g. ``"calibration batch 3"``.
+        first_sample: The index of the feed's first sample in the whole data, for messages (None:
+            samples are counted within the feed).
 
     Returns:
         A new dict with C-contiguous arrays of the expected dtypes.
 
     Raises:
-        DataError: A name is missing or unknown, or a dtype, rank or fixed dim is wrong.
+        DataError: A name is missing or unknown, a dtype, rank or fixed dim is wrong, or a
+            floating-point input holds NaN or Inf.
     """
     if not isinstance(feed, Mapping):
         raise DataError(f"{where} is a {type(feed).__name__}, not a dict of input name -> array.")
@@ -508,7 +537,24 @@ def check_feed(feed: Feed, specs: Mapping[str, TensorSpec], where: str = "feed")
     if extra:
         raise DataError(f"{where} has {extra[0]!r}, which is not a model input (expected: {list(specs)}).")
     checked = {name: _check_array(np.asarray(feed[name]), spec, where) for name, spec in specs.items()}
+    for name, array in checked.items():
+        _check_finite(array, name, where, first_sample, per_sample=not isinstance(feed, SampleFeed))
     return SampleFeed(checked) if isinstance(feed, SampleFeed) else checked
+
+
+def _check_finite(array: np.ndarray, name: str, where: str, first: int | None, per_sample: bool) -> None:
+    """Refuses NaN/Inf in a floating-point array whose axis 0 holds samples (``per_sample``) or that
+    is one sample; ``first`` is the index of its first sample (None: counted within the array)."""
+    if array.dtype.kind != "f" or array.size == 0:
+        return
+    if np.isfinite(array.min()) and np.isfinite(array.max()):  # NaN and Inf reach min or max: no temporaries
+        return
+    bad = ~np.isfinite(array)
+    local = int(np.argmax(bad.reshape(array.shape[0], -1).any(axis=1))) if per_sample and array.ndim else 0
+    sample = f"sample {local} of this feed" if first is None else f"sample {first + local} (counted from 0)"
+    raise DataError(f"{where}: input {name!r} holds {int(np.count_nonzero(bad))} NaN/Inf value(s), the first "
+                    f"in {sample}; NaN and Inf cannot be calibrated or evaluated. Remove or repair that "
+                    "sample, or check the preprocessing.")
 
 
 def _check_array(array: np.ndarray, spec: TensorSpec, where: str) -> np.ndarray:

@@ -14,11 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from quantdbg._io import atomic_file, commit_together, write_bytes_atomic, write_text_atomic
 from quantdbg.errors import ConfigError, DataError, ModelError
+
+if TYPE_CHECKING:
+    from quantdbg.backends.tensorrt import TrtConfig
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -120,9 +124,13 @@ print(float((logits.argmax(axis=1) == data["labels"]).mean()))
 """The sample evaluation command ``export_demo`` writes: a task metric the way ``--evaluate`` reads it."""
 
 
+EXPORT_FILES = ("model.onnx", "calib.npz", "eval.npz", "score.py")
+"""The files :func:`export_demo` writes, in its folder."""
+
+
 def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
     """Writes the embedded model, its data and a sample evaluation script, so the commands of the
-    README run as written.
+    README run as written. The four files appear together or not at all.
 
     Files: ``model.onnx`` (the FP32 digits CNN), ``calib.npz`` (``input``: float32 [256,1,16,16]),
     ``eval.npz`` (``input``: float32 [540,1,16,16] and ``labels``: int64 [540]) and ``score.py``
@@ -136,21 +144,25 @@ def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
 
     Raises:
         ConfigError: ``out_dir`` does not exist.
+        OutputError: A file cannot be written (none was).
     """
-    from quantdbg._io import atomic_file, write_bytes_atomic, write_text_atomic
-
     folder = _out_folder(out_dir)
     assert folder is not None
-    emb = load_embedded()
-    files = {"model.onnx": write_bytes_atomic(folder / "model.onnx", emb.model_path.read_bytes())}
+    files = {name: folder / name for name in EXPORT_FILES}
+    with commit_together(files) as staged:  # private folders: each file moves into place at the end
+        _write_exported(staged, load_embedded())
+    return files
+
+
+def _write_exported(staged: Mapping[str, Path], emb: EmbeddedModel) -> None:
+    """Writes the files of :func:`export_demo` at their ``staged`` paths."""
+    write_bytes_atomic(staged["model.onnx"], emb.model_path.read_bytes())
     arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
                                          "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
     for name, content in arrays.items():
-        with atomic_file(folder / name) as tmp, open(tmp, "wb") as stream:
+        with atomic_file(staged[name]) as tmp, open(tmp, "wb") as stream:
             np.savez(stream, **content)
-        files[name] = folder / name
-    files["score.py"] = write_text_atomic(folder / "score.py", SCORE_SCRIPT)
-    return files
+    write_text_atomic(staged["score.py"], SCORE_SCRIPT)
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,7 +200,8 @@ class DemoResult:
         culprits: Most sensitive layers (isolated ranking), with their isolated output SQNR (dB).
         excluded: Layers the fallback plan keeps out of INT8.
         bundle: Every result, ready for :mod:`quantdbg.report`.
-        files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan), by name.
+        files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan, and the
+            files of :func:`export_demo` its build commands read), by name.
         seconds: Wall time.
         n_calib_samples: Calibration samples.
         n_eval_samples: Evaluation samples.
@@ -227,14 +240,18 @@ def _top1(model: Any, inputs: Mapping[str, np.ndarray], labels: np.ndarray,
 
 
 def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = DEMO_MIN_SQNR_DB,
-             threads: int = 0, progress: bool = False) -> DemoResult:
+             threads: int = 0, progress: bool = False, engine: TrtConfig | None = None) -> DemoResult:
     """Calibrates, analyzes, falls back and reports on the embedded digits CNN.
 
     Args:
-        out_dir: Existing folder for the report and models (None: nothing is written).
+        out_dir: Existing folder for the report and models, and the files of :func:`export_demo`
+            (the FP32 model and calibration data ModelOpt's command reads; None: nothing is written).
         min_sqnr_db: Fallback target: logits SQNR against FP32 in dB.
         threads: ONNX Runtime intra-op threads (0: all cores).
         progress: Show progress bars.
+        engine: The build commands' TensorRT profile and settings
+            (:class:`~quantdbg.backends.tensorrt.TrtConfig`; None: batch 1 to 32, the rule of every
+            command).
 
     Returns:
         The scores, culprits, layers kept out of INT8, the report bundle and the files written.
@@ -243,6 +260,7 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
         ConfigError: ``out_dir`` does not exist.
     """
     from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
+    from quantdbg.data import DEFAULT_BATCH_SIZE
     from quantdbg.diagnostics import DoctorConfig, diagnose
     from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
     from quantdbg.qdq import quantize
@@ -263,17 +281,25 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
                       progress=progress)
     n_layers = len(qmodel.layers)
     scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.excluded), threads)
-    if folder is not None:  # the plan's build commands name the mixed model written beside it
-        mixed.save(folder / MIXED_FILE)
-        plan = plan.with_build(folder / MIXED_FILE, source=emb.model_path)
-    bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
-    files = _write(folder, bundle, qmodel, mixed, plan)
+    files = {} if folder is None else {name: folder / name for name in RUN_FILES}
+    with commit_together(files) as staged:  # every file appears, or (on a failure) none
+        if staged:  # the build commands name the files written beside the plan
+            mixed.save(staged[MIXED_FILE])
+            _write_exported(staged, emb)
+            plan = plan.with_build(files[MIXED_FILE], emb.eval_inputs, config=engine,
+                                   batch_size=DEFAULT_BATCH_SIZE, source=files["model.onnx"],
+                                   calibration_data=files["calib.npz"], graph=staged[MIXED_FILE])
+        bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
+        _write(staged, bundle, qmodel, plan)
     culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
     return DemoResult(scores, n_layers, culprits, tuple(mixed.excluded), bundle, files,
                       round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
 
 
 MIXED_FILE = "digits_cnn_mixed.onnx"
+RUN_FILES = ("report.html", "report.md", "report.json", "digits_cnn_int8.onnx", MIXED_FILE,
+             "fallback_plan.json", *EXPORT_FILES)
+"""The files :func:`run_demo` writes, in its folder (those of :func:`export_demo` too)."""
 
 
 def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
@@ -313,15 +339,12 @@ def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibrati
     return ReportBundle("quantdbg demo: digits CNN", (calibration, ranking, plan, doctor), summary, notes)
 
 
-def _write(folder: Path | None, bundle: Any, qmodel: Any, mixed: Any, plan: Any) -> dict[str, Path]:
-    if folder is None:
-        return {}
+def _write(staged: Mapping[str, Path], bundle: Any, qmodel: Any, plan: Any) -> None:
+    """Writes the report, the INT8 model and the plan at their ``staged`` paths (none: nothing)."""
+    if not staged:
+        return
     from quantdbg.report import write_report
 
-    written = write_report(bundle, html=folder / "report.html", markdown=folder / "report.md",
-                           json=folder / "report.json")
-    files = {"report.html": written.html, "report.md": written.markdown, "report.json": written.json}
-    files["digits_cnn_int8.onnx"] = qmodel.save(folder / "digits_cnn_int8.onnx")
-    files[MIXED_FILE] = folder / MIXED_FILE  # written before the plan's build
-    files["fallback_plan.json"] = plan.write(folder / "fallback_plan.json")
-    return {name: path for name, path in files.items() if path is not None}
+    write_report(bundle, html=staged["report.html"], markdown=staged["report.md"], json=staged["report.json"])
+    qmodel.save(staged["digits_cnn_int8.onnx"])
+    plan.write(staged["fallback_plan.json"])

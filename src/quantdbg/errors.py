@@ -37,6 +37,14 @@ class FormatError(QuantDbgError, ValueError):
     """A file quantdbg reads (result, plan, progress, cache, scales) is malformed or of another format."""
 
 
+class OutputError(QuantDbgError, OSError):
+    """A file cannot be written: a full disk, a folder made read-only, a quota. Nothing was published
+    in its place (the previous file, if any, is unchanged); ``errno`` is the system's."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()  # the message, not "[Errno 28] ..."
+
+
 class NotCalibratedError(QuantDbgError, ValueError):
     """A tensor needs a quantization range that calibration did not produce."""
 

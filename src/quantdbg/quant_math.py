@@ -17,6 +17,14 @@ QMAX = 127
 TINY_AMAX = float(np.finfo(np.float32).tiny) * QMAX
 """Below this a range cannot give a normal float32 scale; such ranges get scale 1/QMAX instead."""
 
+FP16_MAX = float(np.finfo(np.float16).max)
+"""The largest float16 magnitude (65504): a value beyond it has no FP16 form, so neither an FP16
+fallback nor a mixed-precision engine can hold it."""
+
+ZEROING_FACTOR = 2 * QMAX
+"""A range more than this many times a value rounds that value to 0 in INT8:
+``|x| / (amax / 127) < 0.5`` when ``amax > 254 |x|``."""
+
 NSR_CAP = 1e6
 """Noise-to-signal ratio reported for a broken signal (non-finite values, zero signal)."""
 
@@ -90,6 +98,31 @@ def zeroed_fraction(weight: np.ndarray, scale: np.ndarray | float) -> float:
     if count == 0:
         return 0.0
     return float((nonzero & (np.round(w / scale) == 0)).sum()) / count
+
+
+def fp16_split(values: np.ndarray, axis: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """How the finite values fall about float16's range, per slice along ``axis`` (as
+    :func:`channel_amax`) or overall: the max |x| of those float16 can hold (-1 where there is none)
+    and how many lie beyond it."""
+    mags = np.abs(np.asarray(values, np.float64))
+    within = mags <= FP16_MAX  # NaN compares False
+    beyond = ~within & np.isfinite(mags)
+    ordinary = np.where(within, mags, -1.0)
+    if axis is None or mags.ndim == 0:
+        return np.asarray(ordinary.max(initial=-1.0)), np.asarray(np.count_nonzero(beyond))
+    axes = tuple(a for a in range(mags.ndim) if a != axis)
+    return ordinary.max(axis=axes, keepdims=True, initial=-1.0), beyond.sum(axis=axes, keepdims=True)
+
+
+def outliers_zero_the_rest(amax: np.ndarray | float, ordinary: np.ndarray | float,
+                           beyond: np.ndarray | int, within: np.ndarray | int) -> np.ndarray:
+    """Where a range ``amax`` set by values beyond float16's range rounds every value float16 can
+    hold to 0 (it exceeds :data:`ZEROING_FACTOR` times their max, ``ordinary``) while those values
+    outnumber the ones beyond (``beyond`` against ``within``): most of the tensor is lost. That is
+    the mark of corrupt values (a ``3e38``), not of a tensor that is merely large, which INT8 holds
+    well since it does not care about scale."""
+    amax, ordinary = np.asarray(amax, np.float64), np.asarray(ordinary, np.float64)
+    return (amax > FP16_MAX) & (np.asarray(within) > np.asarray(beyond)) & (amax > ZEROING_FACTOR * ordinary)
 
 
 def sqnr_db(signal: float, noise: float) -> float:

@@ -2,23 +2,25 @@
 
 Every test module here starts with ``pytest.importorskip("tensorrt", ...)``; that alone is not
 enough, because ``tensorrt-stubs`` leaves an importable, empty ``tensorrt`` namespace package. The
-``trt_ready`` fixture (used by every test) therefore skips with the backend's own reason --
-bindings missing, cuda-python missing, or no CUDA device -- so a skip always says why.
+``trt_ready`` fixture (used by every test) therefore finds out itself whether the bindings,
+cuda-python and a CUDA device are there, skips with that reason when one is missing, and fails when
+the backend's own ``unavailable_reason()`` disagrees (a bug there must not skip every test).
 """
 from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tensorrt_presence
 
 
 @pytest.fixture(scope="session")
 def trt_ready() -> None:
     from quantdbg.backends.tensorrt import unavailable_reason
 
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"TensorRT backend cannot run here: {reason}")
+    found = tensorrt_presence.check_agreement(unavailable_reason())
+    if found is not None:
+        pytest.skip(f"TensorRT backend cannot run here: {found.what} is missing ({found.detail})")
 
 
 @pytest.fixture

@@ -15,8 +15,10 @@ from quantdbg.fallback import FallbackConfig
 from quantdbg.pipeline import (
     REPAIRS,
     AutoConfig,
+    BiasCorrectionRepairConfig,
     CalibratorRepairConfig,
     ChannelRange,
+    EqualizeRepairConfig,
     RepairRecord,
     SmoothingStep,
     SmoothQuantRepairConfig,
@@ -37,8 +39,11 @@ def _round_trip(value):  # noqa: ANN001, ANN202
                FallbackConfig(SensitivityConfig(mode="isolated"), precision=Precision.FP32,
                               max_evaluations=9),
                0.1, 8, 2, True, Path("run.partial")),
+    AutoConfig(equalize=EqualizeRepairConfig(0.5), bias_correction=BiasCorrectionRepairConfig(0.25)),
     CalibratorRepairConfig(),
     SmoothQuantRepairConfig(),
+    EqualizeRepairConfig(),
+    BiasCorrectionRepairConfig(),
 ])
 def test_configs_round_trip(config):
     assert _round_trip(config) == config
@@ -46,7 +51,7 @@ def test_configs_round_trip(config):
 
 def test_defaults():
     config = AutoConfig()
-    assert config.repairs == REPAIRS == ("calibrator", "smoothquant")
+    assert config.repairs == REPAIRS == ("calibrator", "bias_correction", "equalize", "smoothquant")
     assert config.calib.method == "entropy" and config.fallback.precision is Precision.FP16
     assert config.max_fallback_share == 0.25 and config.resume_path is None
 
@@ -66,7 +71,8 @@ def test_settings_leave_out_what_does_not_change_the_result():
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"repairs": "calibrator"}, "repairs takes a sequence of repair names, not one string; write "
                                 "('calibrator',)."),
-    ({"repairs": ("calibrator", "bias")}, "Unknown repair 'bias'; choose one of calibrator, smoothquant."),
+    ({"repairs": ("calibrator", "bias")}, "Unknown repair 'bias'; choose one of calibrator, bias_correction, "
+                                          "equalize, smoothquant."),
     ({"repairs": ("calibrator", "calibrator")}, "repairs lists a repair twice: ('calibrator', "
                                                 "'calibrator'); give "
                                                 "each once, in the order to try them."),
@@ -99,7 +105,7 @@ def test_a_bad_field_in_json_is_named():
     data = AutoConfig().to_dict()
     data["repairs"] = ["calibrator", "pruning"]
     with pytest.raises(FormatError, match=r"field 'repairs\[1\]': expected one of \"calibrator\", "
-                                          r"\"smoothquant\""):
+                                          r"\"bias_correction\", \"equalize\", \"smoothquant\""):
         AutoConfig.from_dict(data)
 
 

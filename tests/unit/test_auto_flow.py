@@ -12,6 +12,7 @@ import models_sensitivity as ms
 import numpy as np
 import onnx
 import pytest
+from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 
 import quantdbg
 from quantdbg.config import Precision, TensorKind
@@ -19,8 +20,12 @@ from quantdbg.errors import ConfigError
 from quantdbg.evaluation import ModelFunction, OutputFunction
 from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.pipeline import AutoConfig, AutoRecipe, read_recipe
+from quantdbg.pipeline.build import MODEL_PLACEHOLDER
 
-CONFIG = AutoConfig(threads=1, fallback=FallbackConfig(precision=Precision.FP32))
+# The scenarios are planted for the calibrator choice and SmoothQuant (equalization and bias correction
+# have their own flow tests in test_auto_equalize_bias.py).
+CONFIG = AutoConfig(threads=1, repairs=("calibrator", "smoothquant"),
+                    fallback=FallbackConfig(precision=Precision.FP32))
 
 
 def _dq_fed(model: onnx.ModelProto) -> dict[str, bool]:
@@ -45,7 +50,7 @@ def test_the_calibrator_repair_keeps_every_layer_in_int8(clipped):
     _, calib, _, result = clipped
     assert result.outcome == "repaired" and result.met
     assert result.int8_value < 5.0 < 25.0 <= result.repaired_value == result.final_value
-    assert result.exclude == () and result.plan is None and result.recipe.kept == ("calibrator",)
+    assert result.exclude == () and result.plan.evaluations == () and result.recipe.kept == ("calibrator",)
     (record,) = result.repairs  # the target holds after the first repair: SmoothQuant is not tried
     assert record.applied and record.kept and (record.before, record.after) == (result.int8_value,
                                                                                result.repaired_value)
@@ -81,6 +86,39 @@ def planted():
     rng = np.random.default_rng(1)
     model, calib, evals = ma.planted_cnn(), ma.cnn_inputs(rng), ma.cnn_inputs(rng)
     return model, calib, evals, quantdbg.auto(model, calib, evals, FallbackTarget.min_sqnr(30), config=CONFIG)
+
+
+def _profile(commands) -> dict[str, tuple[tuple[int, ...], ...]]:  # noqa: ANN001
+    parsed = run(commands.trtexec, ["trtexec"], trtexec())
+    shapes = [trtexec_shapes(getattr(parsed, f"{which}Shapes")) for which in ("min", "opt", "max")]
+    return {name: tuple(found[name] for found in shapes) for name in shapes[0]}
+
+
+def test_the_library_returns_the_plan_with_the_build_of_the_final_model(clipped, planted, tmp_path):
+    """quantdbg.auto finishes the plan itself: what the CLI prints, a Python caller gets."""
+    model, calib, evals, repaired = clipped
+    (n, features), = {v.shape for v in evals.values()}
+    # No search: a plan with no layer excluded still builds the INT8 model, at the placeholder path.
+    assert repaired.plan.build is not None and repaired.plan.build.exclude == ()
+    assert repaired.plan.mixed_path == MODEL_PLACEHOLDER and repaired.plan.commands.modelopt == ""
+    assert _profile(repaired.plan.commands) == {"x": ((1, features), (32, features), (32, features))}
+    # The fallback's plan builds the mixed model: its layer pinned in the weakly typed build.
+    fallback = planted[3].plan.commands
+    weak = run(fallback.trtexec_weakly_typed, ["trtexec"], trtexec())
+    assert weak.layerPrecisions == f"{ma.PLANTED}:fp32" and weak.int8 and not weak.fp16
+    # Files given as paths: ModelOpt's command reads them; the batch size sets the profile.
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    np.savez(tmp_path / "calib.npz", **calib)
+    result = quantdbg.auto(tmp_path / "fp32.onnx", tmp_path / "calib.npz", evals, FallbackTarget.min_sqnr(25),
+                           config=replace(CONFIG, batch_size=24))
+    commands = result.plan.commands
+    assert _profile(commands) == {"x": ((1, features), (24, features), (24, features))} and n % 24 != 0
+    mo = run(commands.modelopt, ["python", "-m", "modelopt.onnx.quantization"], modelopt())
+    assert (mo.onnx_path, mo.calibration_data_path) == (str(tmp_path / "fp32.onnx"),
+                                                        str(tmp_path / "calib.npz"))
+    saved = result.located(tmp_path / "final.onnx").plan.commands
+    assert run(saved.trtexec, ["trtexec"], trtexec()).saveEngine == str(tmp_path / "final.engine")
+    assert _profile(saved) == _profile(commands)
 
 
 def test_when_repair_is_not_enough_the_planted_layer_falls_back(planted):

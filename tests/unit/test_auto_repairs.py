@@ -150,5 +150,6 @@ def test_per_tensor_choices_come_first_and_replace_the_same_name():
 def test_every_repair_has_a_pass():
     config = AutoConfig()
     assert {name: type(build(config)).__name__ for name, build in REPAIR_PASSES.items()} == {
-        "calibrator": "CalibratorRepair", "smoothquant": "SmoothQuantRepair"}
+        "calibrator": "CalibratorRepair", "bias_correction": "BiasCorrectionRepair",
+        "equalize": "EqualizeRepair", "smoothquant": "SmoothQuantRepair"}
     assert all(build(config).name == name for name, build in REPAIR_PASSES.items())

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorrt_presence
 
 from quantdbg.backends.tensorrt import (
     LatencyResult,
@@ -27,6 +28,7 @@ from quantdbg.backends.tensorrt import (
     precision_counts,
     resolve_profile,
     type_of_format,
+    unavailable_reason,
 )
 from quantdbg.errors import BackendError, ConfigError, FormatError
 from quantdbg.model import TensorSpec
@@ -178,7 +180,7 @@ def test_resolve_profile_errors(shapes, message):
     ({"batch": (4, 2, 8)}, r"1 <= min <= opt <= max, got \(4, 2, 8\)"),
     ({"batch": (1, 2)}, "batch must be"),
     ({"workspace_bytes": 0}, "workspace_bytes must be > 0"),
-    ({"builder_optimization_level": 9}, r"builder_optimization_level must be in \[0, 5\], got 9"),
+    ({"builder_optimization_level": 9}, r"builder_optimization_level must be in \[0, 5\] or None, got 9"),
     ({"shapes": {"x": (1, 2)}}, "must be a ShapeRange"),
     ({"save_engine": "a.plan", "load_engine": "b.plan"}, "save_engine and load_engine are both set"),
 ])
@@ -212,7 +214,7 @@ def test_json_keeps_the_keys_earlier_files_were_written_with(tmp_path):
                        timing_cache="t.cache", save_engine="e.plan")
     assert json.loads(json.dumps(config.to_dict())) == {
         "batch": [1, 2, 4], "shapes": {"x": {"min": [1, 3], "opt": [2, 3], "max": [4, 3]}},
-        "workspace_bytes": None, "builder_optimization_level": 3, "tf32": False, "timing_cache": "t.cache",
+        "workspace_bytes": None, "builder_optimization_level": None, "tf32": False, "timing_cache": "t.cache",
         "save_engine": "e.plan", "load_engine": None}
     assert LayerPrecision("a", "b", "INT8", ("i",), ("o",), "t", ("n",)).to_dict() == {
         "name": "a", "layer_type": "b", "precision": "INT8", "input_formats": ["i"], "output_formats": ["o"],
@@ -295,3 +297,8 @@ def test_blocked_tensorrt_names_the_extra():
 
 def _tests_dir() -> str:
     return str(Path(__file__).resolve().parents[1])
+
+
+def test_unavailable_reason_agrees_with_the_imports_and_the_device_query_made_here():
+    """The TensorRT tests skip on this reason: it must say what is really missing, or nothing."""
+    tensorrt_presence.check_agreement(unavailable_reason())

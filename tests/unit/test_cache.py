@@ -5,6 +5,7 @@ import json
 import struct
 from types import MappingProxyType
 
+import models
 import numpy as np
 import pytest
 
@@ -119,3 +120,19 @@ def test_scales_json_errors(tmp_path):
 def test_writes_need_an_existing_folder(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         cache.write_trt_cache({"a": 1.0}, tmp_path / "missing" / "calib.cache")
+
+
+def test_the_header_names_the_calibration_whoever_writes_the_cache(tmp_path, rng):
+    """The Python API writes what the CLI writes: TensorRT's MinMax header for a pure max calibration."""
+    from quantdbg import CalibConfig, quantize
+
+    model = models.conv_relu()
+    feeds = [{"x": rng.standard_normal((2, 3, 8, 8), dtype=np.float32)} for _ in range(2)]
+    minmax = quantize(model, feeds, CalibConfig(method="minmax"))
+    mixed = quantize(model, feeds, CalibConfig(method="minmax", per_tensor={"x": "entropy"}))
+    header = {name: cache.write_trt_cache(q, tmp_path / f"{name}.cache").read_text().splitlines()[0]
+              for name, q in (("minmax", minmax), ("mixed", mixed), ("calibration", minmax.calibration))}
+    assert header == {"minmax": "TRT-100300-MinMaxCalibration", "mixed": "TRT-100300-EntropyCalibration2",
+                      "calibration": "TRT-100300-MinMaxCalibration"}
+    assert cache.format_trt_cache(minmax, algorithm="EntropyCalibration2").startswith("TRT-100300-Entropy")
+    assert cache.format_trt_cache({"x": 0.5}).startswith("TRT-100300-EntropyCalibration2\n")

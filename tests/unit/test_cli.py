@@ -22,7 +22,13 @@ def test_usage_error_is_one_line_with_status_2(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("quantdbg calibrate: error: the following arguments are required: MODEL")
+    assert err.startswith("quantdbg calibrate: error: the following arguments are required: --data, "
+                          "-o/--out/--output (see")
+    with pytest.raises(SystemExit) as exit_info:  # MODEL, or ModelOpt's --onnx_path
+        main(["calibrate", "--data", "c.npz", "-o", "o.onnx"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("quantdbg calibrate: error: the following arguments are required: "
+                                       "MODEL (see `quantdbg calibrate --help`)\n")
 
 
 def test_unknown_command_is_one_line(capsys):
@@ -42,8 +48,8 @@ def _option(command: str, flag: str):
 def test_subcommands_in_help_order():
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(commands.choices) == ["calibrate", "analyze", "fallback", "auto", "lint", "report", "doctor",
-                                      "demo"]
+    assert list(commands.choices) == ["calibrate", "analyze", "fallback", "auto", "apply", "lint", "report",
+                                      "doctor", "demo"]
 
 
 def test_choices_are_the_library_vocabularies():

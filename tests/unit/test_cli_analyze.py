@@ -9,6 +9,7 @@ import models_sensitivity as ms
 import numpy as np
 import onnx
 import pytest
+from tool_grammars import poly_shapes, polygraphy, run, trtexec, trtexec_shapes
 
 from quantdbg.cli import main
 from quantdbg.fallback import FallbackPlan
@@ -86,7 +87,8 @@ def test_fallback_writes_the_mixed_model_and_plan(files, capsys, tmp_path):
     assert shlex.split(commands["modelopt"])[3:5] == ["--onnx_path", str(files / "fp32.onnx")]
     assert shlex.split(commands["modelopt"])[-4:-2] == ["--nodes_to_exclude", "fc2"]
     assert build["spec"]["exclude"] == ["fc2"] and build["spec"]["exclude_precision"] == "fp16"
-    assert build["spec"]["shapes"]["x"] == {"min": [12, 16], "opt": [12, 16], "max": [12, 16]}  # eval.npz
+    # Any batch up to --batch-size (default 32), whatever the 12 samples of eval.npz made the last batch.
+    assert build["spec"]["config"]["shapes"]["x"] == {"min": [1, 16], "opt": [32, 16], "max": [32, 16]}
     assert f"--onnx={mixed}" in build["commands"]["trtexec"]
     assert "--stronglyTyped" in build["commands"]["trtexec"]
 
@@ -163,3 +165,46 @@ def test_layer_choices_are_for_an_fp32_model_and_the_cli_speaks_its_own_flags(fi
         "--op-types-to-exclude choose the layers of an FP32 MODEL; drop them.\n")
     err = _error(capsys, "calibrate", qdq, "--data", evals, "-o", tmp_path / "int8.onnx")
     assert "is already quantized" in err and "MODEL --fp32 FP32.onnx" in err and "allow_quantized" not in err
+
+
+def _model_shape(path) -> list[int | None]:  # noqa: ANN001
+    (graph_input,) = onnx.load(str(path)).graph.input
+    return [d.dim_value if d.HasField("dim_value") else None for d in graph_input.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("options, batch", [
+    (("--batch-size", "5"), (1, 5, 5)),  # 12 evaluation samples: the last batch (2) sets nothing
+    (("--profile", "2,4,8"), (2, 4, 8)),
+    (("--profile", "x:1x16,3x16,6x16"), (1, 3, 6)),
+])
+def test_fallback_build_profile_is_one_rule_and_can_be_overridden(files, capsys, tmp_path, options, batch):
+    plan_path = tmp_path / "plan.json"
+    code, _, err = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
+                        files / "eval.npz", "--min-sqnr", "30", "--out", tmp_path / "m.onnx", "--plan",
+                        plan_path, *options)
+    assert code == 0, err
+    commands = FallbackPlan.read(plan_path).commands
+    parsed = run(commands.trtexec, ["trtexec"], trtexec())
+    shape = _model_shape(files / "fp32.onnx")
+    assert shape[0] is None and None not in shape[1:]  # only the batch is dynamic
+    for which, size in zip(("min", "opt", "max"), batch, strict=True):
+        assert trtexec_shapes(getattr(parsed, f"{which}Shapes")) == {"x": (size, *shape[1:])}
+    convert = run(commands.polygraphy_convert, ["polygraphy", "convert"], polygraphy("convert"))
+    assert [poly_shapes(convert.trt_min_shapes[0]), poly_shapes(convert.trt_max_shapes[0])] == [
+        {"x": (batch[0], *shape[1:])}, {"x": (batch[2], *shape[1:])}]
+
+
+@pytest.mark.parametrize("profile, message", [
+    ("4,2,8", "--profile '4,2,8': the batch range needs 1 <= MIN <= OPT <= MAX."),
+    ("y:1,2,3", "--profile 'y:1,2,3': No input named 'y' in the model."),
+    ("x:1x15,2x16,4x16", "--profile 'x:1x15,2x16,4x16': The range for input 'x' sets axis 1 to 15..16, "
+                         "but that axis is fixed at 16."),
+    ("1,2", "--profile '1,2': expected --profile MIN,OPT,MAX or --profile INPUT:MIN,OPT,MAX, each of MIN, "
+            "OPT, MAX a batch size (8) or a shape (8x128)."),
+])
+def test_a_bad_profile_is_one_line_with_status_2(files, capsys, tmp_path, profile, message):
+    code, _, err = _run(capsys, "fallback", files / "qdq.onnx", "--fp32", files / "fp32.onnx", "--eval",
+                        files / "eval.npz", "--min-sqnr", "30", "--out", tmp_path / "m.onnx", "--plan",
+                        tmp_path / "p.json", "--profile", profile)
+    assert (code, err) == (2, f"quantdbg fallback: error: {message}\n")
+    assert not (tmp_path / "p.json").exists()

@@ -3,15 +3,15 @@ status 0 (met) / 1 (not met) / 2 (bad input, one line), and its options' vocabul
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
-import sys
 from html import escape as html_escape
 
 import models_auto as ma
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
+from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 
 from quantdbg.cli import build_parser, main
 from quantdbg.cli._options import READY_METRICS
@@ -20,36 +20,16 @@ from quantdbg.pipeline import REPAIRS, AutoResult, apply_recipe
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import MODES
 
-SCORE = """\
-import sys
-import numpy as np
-import onnxruntime as ort
-x = np.load(sys.argv[2])["x"]
-ref = np.load(sys.argv[3])["y"]
-out = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-print(1 - np.linalg.norm(out - ref) / np.linalg.norm(ref))
-"""
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The clipped MLP, its data, the FP32 outputs on the evaluation data and a scoring script."""
-    folder = tmp_path_factory.mktemp("auto")
     rng = np.random.default_rng(0)
-    model = ma.clipped_mlp()
-    onnx.save(model, str(folder / "fp32.onnx"))
-    np.savez(folder / "calib.npz", **ma.clipped_inputs(rng))
-    evals = ma.clipped_inputs(rng)
-    np.savez(folder / "eval.npz", **evals)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.savez(folder / "ref.npz", y=session.run(None, evals)[0])
-    (folder / "score.py").write_text(SCORE)
-    return folder
+    return ma.write_task_files(tmp_path_factory.mktemp("auto"), ma.clipped_mlp(), ma.clipped_inputs(rng),
+                               ma.clipped_inputs(rng))
 
 
-def _command(files) -> str:  # noqa: ANN001
-    return " ".join(shlex.quote(str(a)) for a in (sys.executable, files / "score.py")) + \
-        f" {{model}} {shlex.quote(str(files / 'eval.npz'))} {shlex.quote(str(files / 'ref.npz'))}"
+_command = ma.score_command
 
 
 def _run(capsys, *argv) -> tuple[int, str, str]:  # noqa: ANN001
@@ -68,9 +48,28 @@ def test_met_with_an_evaluation_command_exits_0(files, capsys, tmp_path):
     assert result.outcome == "repaired" and result.metric == "command"
     assert result.fp32_value == pytest.approx(1.0)
     assert result.int8_value < 0.5 and 0.95 <= result.final_value < 1.0
-    assert stdout.splitlines() == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in "
-                                                   "all)"]
+    # the calibrator choice meets the target: bias correction and equalization are not tried
+    assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [("calibrator", True, True)]
+    lines = stdout.splitlines()
+    assert lines[:2] == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in all)"]
     assert stdout.startswith("INT8 repaired by calibrator meets relative loss <= 5 % of 1: command 0.9")
+    # No layer left INT8, and the INT8 model at --out still gets its build commands: printed, in the
+    # plan section of the JSON (no layer excluded), and in the report's Build section.
+    assert result.plan is not None and result.plan.exclude == () and result.plan.build is not None
+    commands = result.plan.commands
+    assert lines[2:] == [line for what, command in commands.lines() for line in (f"{what}:", f"  {command}")]
+    section = json.loads(plan.read_text())["plan"]
+    assert section["exclude"] == [] and section["tensorrt"]["build"]["commands"] == commands.to_dict()
+    built = run(commands.trtexec, ["trtexec"], trtexec())
+    assert built.onnx == str(out) and built.saveEngine == str(out.with_suffix(".engine"))
+    # The profile rule: any batch from 1 to --batch-size (default 32), the other dims from the model.
+    assert [trtexec_shapes(getattr(built, f"{w}Shapes")) for w in ("min", "opt", "max")] == [
+        {"x": (1, 8)}, {"x": (32, 8)}, {"x": (32, 8)}]
+    mo = run(commands.modelopt, ["python", "-m", "modelopt.onnx.quantization"], modelopt())
+    assert (mo.onnx_path, mo.calibration_data_path, mo.nodes_to_exclude) == (
+        str(files / "fp32.onnx"), str(files / "calib.npz"), [])
+    report = html.read_text()
+    assert '<section id="build">' in report and html_escape(commands.trtexec, quote=False) in report
     written = onnx.load(str(out))
     again = apply_recipe(files / "fp32.onnx", files / "calib.npz", plan)
     assert written.SerializeToString() == again.model.SerializeToString()
@@ -98,7 +97,8 @@ def test_a_fallback_writes_the_build_of_the_model_at_out(files, capsys, tmp_path
     out, plan = tmp_path / "mixed.onnx", tmp_path / "plan.json"
     code, stdout, _ = _run(capsys, "auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval",
                            files / "eval.npz", "--metric", "sqnr", "--min-metric", "25", "--repairs",
-                           "--max-fallback", "100", "--out", out, "--plan", plan, "--no-progress")
+                           "--max-fallback", "100", "--out", out, "--plan", plan, "--no-progress",
+                           "--profile", "2,4,8")
     assert code == 0
     result = AutoResult.read(plan)
     assert result.outcome == "fallback" and result.plan is not None and result.plan.build is not None
@@ -106,6 +106,9 @@ def test_a_fallback_writes_the_build_of_the_model_at_out(files, capsys, tmp_path
     lines = stdout.splitlines()
     assert lines[lines.index("trtexec (strongly typed):") + 1] == f"  {commands.trtexec}"
     assert shlex.split(commands.trtexec)[1] == f"--onnx={out}"
+    built = run(commands.trtexec, ["trtexec"], trtexec())
+    assert [trtexec_shapes(getattr(built, f"{w}Shapes")) for w in ("min", "opt", "max")] == [
+        {"x": (2, 8)}, {"x": (4, 8)}, {"x": (8, 8)}]
     modelopt = shlex.split(commands.modelopt)
     assert modelopt[modelopt.index("--onnx_path") + 1] == str(files / "fp32.onnx")
     assert modelopt[modelopt.index("--calibration_data_path") + 1] == str(files / "calib.npz")
@@ -123,13 +126,12 @@ def test_bad_input_is_one_line_with_status_2(files, capsys, tmp_path):
     base = ("auto", files / "fp32.onnx", "--data", files / "calib.npz", "--eval", files / "eval.npz")
     outputs = ("--out", tmp_path / "m.onnx", "--plan", tmp_path / "p.json")
     assert _error(capsys, *base, "--metric", "sqnr", *outputs) == (
-        "quantdbg auto: error: one of the arguments --max-rel-loss --min-metric is required (see `quantdbg "
-        "auto "
-        "--help`)\n")
-    assert _error(capsys, *base, "--max-rel-loss", "1", *outputs) == (
-        "quantdbg auto: error: one of the arguments --evaluate --metric --labels is required (see `quantdbg "
-        "auto "
-        "--help`)\n")
+        "quantdbg auto: error: one of the arguments --min-metric --max-rel-loss --min-sqnr is required (see "
+        "`quantdbg auto --help`)\n")
+    assert main([str(a) for a in (*base, "--max-rel-loss", "1", *outputs)]) == 2  # --min-sqnr needs no metric
+    assert capsys.readouterr().err == (
+        "quantdbg auto: error: --min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
+        "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the output SQNR).\n")
     assert _error(capsys, *base, "--metric", "sqnr", "--max-rel-loss", "1", "--repairs", "bias", *outputs) \
         .startswith("quantdbg auto: error: argument --repairs: invalid choice: 'bias' (choose from ")
     cases = [

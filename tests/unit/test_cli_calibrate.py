@@ -5,6 +5,7 @@ import json
 import struct
 
 import models
+import models_repairs
 import numpy as np
 import onnx
 import pytest
@@ -12,8 +13,9 @@ import pytest
 from quantdbg.calibration import PercentileConfig
 from quantdbg.cli import main
 from quantdbg.cli.calibrate import calib_config
+from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError
-from quantdbg.qdq import records_from_model
+from quantdbg.qdq import quantize, records_from_model
 
 
 @pytest.fixture
@@ -48,6 +50,22 @@ def test_writes_model_cache_and_scales(files, tmp_path, capsys):
     written = json.loads(scales.read_text())
     assert set(written) == {"x", "r1"} and written["x"]["scale"] == pytest.approx(x_scale, rel=1e-6)
     assert model_path.read_bytes() == before
+
+
+def test_bias_correction_and_equalize_write_the_model_the_api_builds(tmp_path, rng):
+    model_path, data_path, out = tmp_path / "chain.onnx", tmp_path / "calib.npz", tmp_path / "int8.onnx"
+    onnx.save(models_repairs.conv_chain(0, spread=2.0), model_path)
+    feed = {"x": rng.standard_normal((12, 3, 8, 8)).astype(np.float32),
+            "z": rng.standard_normal((12, 16)).astype(np.float32)}
+    np.savez(data_path, **feed)
+    status = main(["calibrate", str(model_path), "--data", str(data_path), "--method", "minmax",
+                   "--bias-correction", "--equalize", "--out", str(out), "--no-progress"])
+    assert status == 0
+    expected = quantize(str(model_path), feed, CalibConfig("minmax", bias_correction=True, equalize=True))
+    assert {c.node for c in expected.calibration.bias_correction.corrections} == set(expected.layers)
+    written = {i.name: i.raw_data for i in onnx.load(out).graph.initializer}
+    assert written == {i.name: i.raw_data for i in expected.model.graph.initializer}
+    assert any(name.endswith("/bias_corrected") for name in written)
 
 
 def test_exclude_and_per_op(files, tmp_path, capsys):

@@ -17,10 +17,13 @@ from quantdbg.calibration.collect import (
     check_activations,
     collect_stats,
     expose_tensors,
+    sample_axis_tensors,
     warn_nonfinite,
 )
 from quantdbg.data import ArrayData
 from quantdbg.errors import BackendError, ConfigError, DataError, ModelError
+from quantdbg.execution import LocalExecutor
+from quantdbg.model import load_model
 
 
 def _opts() -> ort.SessionOptions:
@@ -130,15 +133,15 @@ def test_runtime_failure_names_the_batch():
 
 
 def test_nonfinite_counts_are_warned(rng):
-    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
-    x[0, 0, 0, :3] = [np.nan, np.inf, -np.inf]
-    stats = collect_stats(models.conv_relu(), [{"x": x}], ["x"], session_options=_opts())
-    assert stats["x"].nonfinite == 3 and stats["x"].count == x.size - 3
+    x = np.abs(rng.standard_normal((2, 4))).astype(np.float32)
+    x[0, :3] = [0.0, -1.0, 0.0]  # finite inputs; Log makes them -inf, NaN, -inf
+    stats = collect_stats(models.log_matmul(), [{"x": x}], ["l"], session_options=_opts())
+    assert stats["l"].nonfinite == 3 and stats["l"].count == x.size - 3
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warn_nonfinite(stats)
     assert [str(w.message) for w in caught] == [
-        f"Tensor 'x': 3 NaN/Inf value(s) out of {x.size} were left out of its statistics. "
+        f"Tensor 'l': 3 NaN/Inf value(s) out of {x.size} were left out of its statistics. "
         "Check the model and the calibration data."]
 
 
@@ -189,3 +192,45 @@ def test_collect_config_normalises_and_validates():
         CollectConfig(num_bins=0)
     with pytest.raises(ConfigError, match="^CollectConfig.max_batches must be >= 1 or None, got 0.$"):
         CollectConfig(max_batches=0)
+
+
+def _transposed() -> onnx.ModelProto:
+    """x[N,8] -> Transpose -> t[8,N] -> Transpose -> y[N,8]: t's axis 0 is not the samples'."""
+    import onnx_graphsurgeon as gs
+
+    x, y = gs.Variable("x", np.float32, ("N", 8)), gs.Variable("y", np.float32, ("N", 8))
+    t = gs.Variable("t", np.float32)
+    nodes = [gs.Node("Transpose", "tr", {"perm": [1, 0]}, inputs=[x], outputs=[t]),
+             gs.Node("Transpose", "back", {"perm": [1, 0]}, inputs=[t], outputs=[y])]
+    return models._finish(gs.Graph(nodes, [x], [y], name="transposed"))
+
+
+def test_peaks_are_kept_for_tensors_whose_axis_0_holds_the_samples(rng):
+    x = rng.standard_normal((12, 8)).astype(np.float32)
+    x[9] *= 10
+    for batch in (1, 5, 8, None):  # batches of 8: t is (8, 8), yet its axis 0 is no batch
+        stats = collect_stats(_transposed(), ArrayData({"x": x}, batch), ["x", "t", "y"],
+                              session_options=_opts())
+        top = np.argsort(-np.abs(x).max(axis=1), kind="stable")[:2]
+        assert [p.sample for p in stats["x"].peaks] == [p.sample for p in stats["y"].peaks] == list(top)
+        assert stats["t"].peaks == ()  # shape inference gives it (8, N): its samples cannot be told apart
+    assert sample_axis_tensors(load_model(_transposed()), ["x", "t", "y"]) == {"x", "y"}
+
+
+def test_unbatched_inputs_make_each_feed_one_sample(rng):
+    model = load_model(models.conv_relu())
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # a fixed batch of 1
+    x = rng.standard_normal((6, 1, 3, 8, 8)).astype(np.float32)
+    x[4] *= 10
+    stats = collect_stats(model, [{"x": sample} for sample in x], ["x", "y"], session_options=_opts())
+    assert stats["x"].peaks[0].sample == 4 and len(stats["y"].peaks) == 2
+
+
+def test_shards_count_samples_from_the_start_of_the_data(rng):
+    x = (rng.standard_normal((23, 8)) * rng.uniform(0.1, 4, (23, 1))).astype(np.float32)
+    names = ["x", "h", "r", "m"]
+    serial = collect_stats(models.mlp(), ArrayData({"x": x}, 4), names, session_options=_opts())
+    sharded = collect_stats(models.mlp(), ArrayData({"x": x}, 4), names,
+                            CollectConfig(executor=LocalExecutor(), shards=3))
+    assert dict(sharded) == dict(serial) and all(len(serial[n].peaks) == 2 for n in names)
+    assert serial["x"].peaks[0].sample == int(np.abs(x).max(axis=1).argmax())

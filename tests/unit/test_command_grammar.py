@@ -1,128 +1,62 @@
 """The emitted trtexec / Polygraphy / ModelOpt command lines parse under each tool's documented flags.
 
-The parsers below mirror the flags as the tools document them (trtexec ``--help`` of TensorRT 10,
-``polygraphy convert``/``run`` of Polygraphy 0.49, ``python -m modelopt.onnx.quantization``): a flag
-that a tool does not know, a missing value or a malformed shape spec fails the parse, so each test
-checks the command a user would paste, not a string compared with itself.
+The parsers (``tests/tool_grammars.py``) mirror the flags as the tools document them: a flag that a
+tool does not know, a missing value or a malformed shape spec fails the parse, so each test checks the
+command a user would paste, not a string compared with itself.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import re
-import shlex
 from pathlib import Path
 
 import models_lint
 import onnx
 import pytest
+from tool_grammars import (
+    Refused,
+    execute,
+    modelopt,
+    poly_shapes,
+    polygraphy,
+    run,
+    stub_tools,
+    trtexec,
+    trtexec_shapes,
+)
 
-from quantdbg.backends.tensorrt import EngineBuildSpec, ShapeRange, build_commands, modelopt_command
+from quantdbg.backends.tensorrt import (
+    EngineBuildSpec,
+    ShapeRange,
+    TrtConfig,
+    build_commands,
+    modelopt_command,
+    trtexec_command,
+)
+from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackTarget, search_fallback
+from quantdbg.report.sections.fallback import fallback_sections
 
-
-class _Refused(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # raise instead of exiting, so the test names the flag
-        raise _Refused(message)
-
-
-def _trtexec() -> _Parser:
-    # trtexec takes every option as --name=value (or a bare switch).
-    p = _Parser(prog="trtexec", prefix_chars="-", allow_abbrev=False)
-    p.add_argument("--onnx", required=True)
-    for switch in ("--stronglyTyped", "--int8", "--fp16", "--noTF32", "--best"):
-        p.add_argument(switch, action="store_true")
-    for name in ("--minShapes", "--optShapes", "--maxShapes", "--saveEngine", "--timingCacheFile",
-                 "--memPoolSize", "--builderOptimizationLevel", "--profilingVerbosity", "--exportLayerInfo",
-                 "--precisionConstraints", "--layerPrecisions"):
-        p.add_argument(name)
-    return p
-
-
-def _polygraphy(subcommand: str) -> _Parser:
-    p = _Parser(prog=f"polygraphy {subcommand}", allow_abbrev=False)
-    p.add_argument("model_file")
-    if subcommand == "convert":
-        p.add_argument("--convert-to", choices=("onnx", "trt", "onnx-like-trt-network"))
-        p.add_argument("-o", "--output", required=True)
-    else:
-        p.add_argument("--trt", action="store_true")
-        p.add_argument("--onnxrt", action="store_true")
-        p.add_argument("--input-shapes", nargs="+")
-    for switch in ("--strongly-typed", "--tf32", "--fp16", "--int8"):
-        p.add_argument(switch, action="store_true")
-    for name in ("--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes"):
-        p.add_argument(name, nargs="+", action="append")
-    for name in ("--load-timing-cache", "--save-timing-cache", "--pool-limit", "--builder-optimization-level",
-                 "--profiling-verbosity"):
-        p.add_argument(name)
-    return p
-
-
-def _modelopt() -> _Parser:
-    p = _Parser(prog="python -m modelopt.onnx.quantization", allow_abbrev=False)
-    p.add_argument("--onnx_path", required=True)
-    p.add_argument("--output_path")
-    p.add_argument("--quantize_mode", choices=("int8", "fp8", "int4"), default="int8")
-    p.add_argument("--calibration_method")
-    p.add_argument("--calibration_data_path")
-    p.add_argument("--nodes_to_exclude", nargs="+", default=[])
-    p.add_argument("--op_types_to_exclude", nargs="+", default=[])
-    return p
-
-
-def _run(command: str, tool: list[str], parser: _Parser) -> argparse.Namespace:
-    argv = shlex.split(command)
-    assert argv[:len(tool)] == tool
-    return parser.parse_args(argv[len(tool):])
-
-
-_TRT_SHAPES = re.compile(r"^('[^']+'|[^:,']+):\d+(x\d+)*$")  # name:AxBxC, quoted when it holds : or ,
-_POLY_SHAPE = re.compile(r"^(.+):\[(\d+(,\d+)*)\]$")  # name:[A,B,C]
-
-
-def _trtexec_shapes(value: str) -> dict[str, tuple[int, ...]]:
-    # Split on commas outside single quotes, the way trtexec reads a shape list.
-    parts = re.findall(r"(?:'[^']*'|[^,'])+", value)
-    found = {}
-    for part in parts:
-        assert _TRT_SHAPES.match(part), part
-        name, dims = part.rsplit(":", 1)
-        found[name.strip("'")] = tuple(int(d) for d in dims.split("x"))
-    return found
-
-
-def _poly_shapes(values: list[str]) -> dict[str, tuple[int, ...]]:
-    found = {}
-    for value in values:
-        match = _POLY_SHAPE.match(value)
-        assert match, value
-        found[match.group(1)] = tuple(int(d) for d in match.group(2).split(","))
-    return found
-
-
+SHAPES = {"images": ShapeRange((1, 3, 32, 32), (8, 3, 32, 32), (32, 3, 32, 32)),
+          "input:0": ShapeRange((1, 7), (8, 7), (32, 7))}
 SPEC = EngineBuildSpec(
     model=Path("/data/my models/mixed.onnx"),
-    shapes={"images": ShapeRange((1, 3, 32, 32), (8, 3, 32, 32), (32, 3, 32, 32)),
-            "input:0": ShapeRange((1, 7), (8, 7), (32, 7))},
-    engine=Path("/data/my models/mixed.engine"), timing_cache=Path("/tmp/t.cache"),
-    exclude=("/blocks.3/fc2/MatMul", "head"), workspace_mib=512, builder_optimization_level=4, tf32=False)
+    config=TrtConfig(shapes=SHAPES, save_engine=Path("/data/my models/mixed.engine"),
+                     timing_cache=Path("/tmp/t.cache"), workspace_bytes=512 << 20,
+                     builder_optimization_level=4, tf32=False),
+    exclude=("/blocks.3/fc2/MatMul", "head"), source=Path("/data/model.onnx"),
+    calibration_data=Path("/data/calib.npz"))
 
 
 def test_trtexec_commands_parse_with_the_profile_and_pinned_layers():
-    commands = build_commands(SPEC, source="/data/model.onnx", calibration_data="/data/calib.npz")
-    strong = _run(commands.trtexec, ["trtexec"], _trtexec())
-    assert strong.onnx == str(SPEC.model) and strong.saveEngine == str(SPEC.engine)
+    commands = build_commands(SPEC)
+    strong = run(commands.trtexec, ["trtexec"], trtexec())
+    assert strong.onnx == str(SPEC.model) and strong.saveEngine == str(SPEC.config.save_engine)
     assert strong.stronglyTyped and not strong.int8 and strong.layerPrecisions is None
     for which in ("min", "opt", "max"):
-        assert _trtexec_shapes(getattr(strong, f"{which}Shapes")) == {
-            name: getattr(rng, which) for name, rng in SPEC.shapes.items()}
+        assert trtexec_shapes(getattr(strong, f"{which}Shapes")) == {
+            name: getattr(rng, which) for name, rng in SHAPES.items()}
     assert strong.memPoolSize == "workspace:512M" and strong.noTF32
-    weak = _run(commands.trtexec_weakly_typed, ["trtexec"], _trtexec())
+    weak = run(commands.trtexec_weakly_typed, ["trtexec"], trtexec())
     assert not weak.stronglyTyped and weak.int8 and weak.fp16 and weak.precisionConstraints == "obey"
     pinned = dict(item.rsplit(":", 1) for item in weak.layerPrecisions.split(","))
     assert pinned == {name: "fp16" for name in SPEC.exclude}
@@ -130,34 +64,34 @@ def test_trtexec_commands_parse_with_the_profile_and_pinned_layers():
 
 def test_polygraphy_commands_parse_with_the_same_profile():
     commands = build_commands(SPEC)
-    convert = _run(commands.polygraphy_convert, ["polygraphy", "convert"], _polygraphy("convert"))
-    assert (convert.model_file, convert.output) == (str(SPEC.model), str(SPEC.engine))
+    convert = run(commands.polygraphy_convert, ["polygraphy", "convert"], polygraphy("convert"))
+    assert (convert.model_file, convert.output) == (str(SPEC.model), str(SPEC.config.save_engine))
     assert convert.convert_to == "trt"
     assert convert.strongly_typed and not convert.tf32
     assert convert.load_timing_cache == convert.save_timing_cache == "/tmp/t.cache"
-    run = _run(commands.polygraphy_run, ["polygraphy", "run"], _polygraphy("run"))
-    assert run.trt and run.onnxrt and run.strongly_typed
-    for parsed in (convert, run):
+    ran = run(commands.polygraphy_run, ["polygraphy", "run"], polygraphy("run"))
+    assert ran.trt and ran.onnxrt and ran.strongly_typed
+    for parsed in (convert, ran):
         for which in ("min", "opt", "max"):
             [values] = getattr(parsed, f"trt_{which}_shapes")
-            assert _poly_shapes(values) == {name: getattr(rng, which) for name, rng in SPEC.shapes.items()}
-    assert _poly_shapes(run.input_shapes) == {name: rng.opt for name, rng in SPEC.shapes.items()}
+            assert poly_shapes(values) == {name: getattr(rng, which) for name, rng in SHAPES.items()}
+    assert poly_shapes(ran.input_shapes) == {name: rng.opt for name, rng in SHAPES.items()}
 
 
 def test_modelopt_command_parses_with_every_excluded_node():
     weird = ("/blocks.3/fc2/MatMul", "name with space", "quote'd")
-    args = _run(modelopt_command("/m/model.onnx", weird, output="out.onnx", calibration_data="c.npz"),
-                ["python", "-m", "modelopt.onnx.quantization"], _modelopt())
+    args = run(modelopt_command("/m/model.onnx", weird, output="out.onnx", calibration_data="c.npz"),
+                ["python", "-m", "modelopt.onnx.quantization"], modelopt())
     assert (args.onnx_path, args.output_path) == ("/m/model.onnx", "out.onnx")
     assert args.calibration_data_path == "c.npz"
     assert args.quantize_mode == "int8" and args.nodes_to_exclude == list(weird)
-    bare = _run(modelopt_command("m.onnx", ()), ["python", "-m", "modelopt.onnx.quantization"], _modelopt())
+    bare = run(modelopt_command("m.onnx", ()), ["python", "-m", "modelopt.onnx.quantization"], modelopt())
     assert bare.nodes_to_exclude == [] and bare.output_path is None
 
 
 def test_a_flag_the_tool_lacks_fails_the_grammar():
-    with pytest.raises(_Refused, match="--layer-precisions"):
-        _trtexec().parse_args(["--onnx=m.onnx", "--layer-precisions=a:fp16"])
+    with pytest.raises(Refused, match="--layer-precisions"):
+        trtexec().parse_args(["--onnx=m.onnx", "--layer-precisions=a:fp16"])
 
 
 def test_plan_with_build_names_the_real_files_in_every_command(tmp_path):
@@ -168,12 +102,152 @@ def test_plan_with_build_names_the_real_files_in_every_command(tmp_path):
     built = plan.with_build(mixed, source=tmp_path / "fp32.onnx", calibration_data=tmp_path / "calib.npz")
     data = json.loads(json.dumps(built.to_dict()))
     assert data["tensorrt"]["build"] is not None
-    trt = _run(data["tensorrt"]["trtexec"], ["trtexec"], _trtexec())
+    trt = run(data["tensorrt"]["trtexec"], ["trtexec"], trtexec())
     assert trt.onnx == str(mixed) and trt.saveEngine == str(mixed.with_suffix(".engine"))
     assert trt.stronglyTyped
-    weak = _run(data["tensorrt"]["trtexec_weakly_typed"], ["trtexec"], _trtexec())
+    weak = run(data["tensorrt"]["trtexec_weakly_typed"], ["trtexec"], trtexec())
     assert weak.onnx == str(mixed) and weak.layerPrecisions == ",".join(f"{n}:fp16" for n in plan.exclude)
-    mo = _run(data["modelopt"]["command"], ["python", "-m", "modelopt.onnx.quantization"], _modelopt())
+    mo = run(data["modelopt"]["command"], ["python", "-m", "modelopt.onnx.quantization"], modelopt())
     assert mo.onnx_path == str(tmp_path / "fp32.onnx") and mo.nodes_to_exclude == list(plan.exclude)
     assert mo.calibration_data_path == str(tmp_path / "calib.npz")
     assert type(plan).from_dict(data).commands == built.commands  # read back the same
+
+
+# --------------------------------------------------------------------------------------------
+# Names are data, never code: hostile node names and paths, run through a shell against stub tools
+# --------------------------------------------------------------------------------------------
+
+_TOUCH = "touch pwned"
+"""What a hostile name runs if a shell reads it as code (the commands run in the test's folder)."""
+
+
+def _hostile() -> tuple[str, ...]:
+    """Node names that would run :data:`_TOUCH` if a shell read them as code."""
+    touch = _TOUCH
+    return (f"conv2/Conv\n{touch} #", f"a; {touch}", f"$({touch})", f"`{touch}`", 'dq"uote', "with  space")
+
+
+def _hostile_spec(tmp_path: Path, names: tuple[str, ...]) -> EngineBuildSpec:
+    folder = tmp_path / f"my dir; {_TOUCH} $({_TOUCH})\n`{_TOUCH}` 'q' \"d\""  # never created: only named
+    shapes = {f"in put$({_TOUCH})": ShapeRange((1, 3), (8, 3), (32, 3))}
+    config = TrtConfig(shapes=shapes, save_engine=folder / "mixed.engine", timing_cache=folder / "t;.cache")
+    return EngineBuildSpec(folder / "mixed.onnx", config, exclude=names, source=folder / "model.onnx",
+                           calibration_data=folder / "calib.npz")
+
+
+def _check_argv(calls: list[list[str]], spec: EngineBuildSpec) -> None:
+    """Every recorded call parses under its tool's grammar and carries the names and paths exactly."""
+    input_name = next(iter(spec.config.shapes))
+    for tool, *argv in calls:
+        if tool == "trtexec":
+            args = trtexec().parse_args(argv)
+            assert args.onnx == str(spec.model) and args.saveEngine == str(spec.config.save_engine)
+            assert set(trtexec_shapes(args.minShapes)) == {input_name}
+            if args.layerPrecisions is not None:
+                pinned = [item.rsplit(":", 1)[0] for item in args.layerPrecisions.split(",")]
+                assert pinned == list(spec.exclude)
+        elif tool == "polygraphy":
+            args = polygraphy(argv[0]).parse_args(argv[1:])
+            assert args.model_file == str(spec.model)
+            assert args.load_timing_cache == str(spec.config.timing_cache)
+            assert set(poly_shapes(args.trt_min_shapes[0])) == {input_name}
+        else:
+            assert argv[:2] == ["-m", "modelopt.onnx.quantization"]
+            args = modelopt().parse_args(argv[2:])
+            assert args.nodes_to_exclude == list(spec.exclude) and args.onnx_path == str(spec.source)
+            assert args.calibration_data_path == str(spec.calibration_data)
+
+
+def test_hostile_names_and_paths_stay_data_in_the_script_and_every_command(tmp_path):
+    marker = tmp_path / "pwned"
+    stubs = stub_tools(tmp_path / "bin")
+    spec = _hostile_spec(tmp_path, _hostile())
+    commands = build_commands(spec)
+    calls = execute(commands.to_script(), tmp_path, stubs)
+    assert [call[0] for call in calls] == ["trtexec"]  # the script runs the build; the rest is comments
+    for _, command in commands.lines():
+        calls += execute(command, tmp_path, stubs)
+    assert not marker.exists()
+    assert sorted({call[0] for call in calls}) == ["polygraphy", "python", "trtexec"] and len(calls) == 6
+    _check_argv(calls, spec)
+    assert any(call[0] == "trtexec" and "--layerPrecisions" in " ".join(call) for call in calls)
+
+
+def test_names_no_tool_syntax_can_carry_leave_that_form_out_and_say_why(tmp_path):
+    marker = tmp_path / "pwned"
+    stubs = stub_tools(tmp_path / "bin")
+    names = (*_hostile(), "it's", "-leading", "a:b,c")
+    spec = _hostile_spec(tmp_path, names)
+    commands = build_commands(spec)
+    assert commands.trtexec_weakly_typed == "" and commands.modelopt == ""
+    assert ("No weakly typed trtexec build: trtexec's --layerPrecisions=NAME:PRECISION,... cannot spell node "
+            "\"it's\" (and 1 more)") in commands.comment
+    assert "No ModelOpt command: its --nodes_to_exclude reads a node name starting with '-'" \
+        in commands.comment
+    calls = execute(commands.to_script(), tmp_path, stubs)
+    for _, command in commands.lines():
+        calls += execute(command, tmp_path, stubs)
+    assert not marker.exists()
+    assert [call[0] for call in calls] == ["trtexec", "trtexec", "polygraphy", "polygraphy"]
+    _check_argv(calls, spec)
+    with pytest.raises(ConfigError, match=r"^trtexec's --layerPrecisions=NAME:PRECISION,\.\.\. cannot spell "
+                                          r"node \"it's\" \(and 1 more\): .* Build strongly typed instead"):
+        trtexec_command(spec, strongly_typed=False)
+    with pytest.raises(ConfigError, match=r"^Node '-leading': ModelOpt's --nodes_to_exclude reads a name "
+                                          r"starting with '-' as a flag; rename the node in the model\.$"):
+        modelopt_command("m.onnx", names)
+
+
+def test_a_relative_path_starting_with_a_dash_is_never_read_as_a_flag(tmp_path):
+    stubs = stub_tools(tmp_path / "bin")
+    spec = EngineBuildSpec(Path("-mixed.onnx"), TrtConfig(save_engine=Path("-mixed.engine"),
+                                                          timing_cache=Path("-t.cache")),
+                           exclude=("a",), source=Path("-model.onnx"), calibration_data=Path("-calib.npz"))
+    calls = []
+    for _, command in build_commands(spec).lines():
+        calls += execute(command, tmp_path, stubs)
+    found = {(call[0], call[1]) for call in calls}
+    assert found == {("trtexec", "--onnx=-mixed.onnx"), ("polygraphy", "convert"), ("polygraphy", "run"),
+                     ("python", "-m")}
+    convert = polygraphy("convert").parse_args(next(c for c in calls if c[1:2] == ["convert"])[2:])
+    assert (convert.model_file, convert.output, convert.load_timing_cache) == (
+        "./-mixed.onnx", "./-mixed.engine", "./-t.cache")
+    mo = modelopt().parse_args(next(c for c in calls if c[0] == "python")[3:])
+    assert (mo.onnx_path, mo.calibration_data_path) == ("./-model.onnx", "./-calib.npz")
+
+
+def test_a_plan_read_back_rebuilds_its_commands_and_never_replays_the_file(tmp_path):
+    marker = tmp_path / "pwned"
+    stubs = stub_tools(tmp_path / "bin")
+    mixed = tmp_path / "mixed.onnx"
+    onnx.save(models_lint.clean_conv_block(), str(mixed))
+    names = _hostile()
+    plan = search_fallback(names, lambda ex: float(len(ex)), FallbackTarget.min_metric(float(len(names))))
+    path = plan.with_build(mixed, source=tmp_path / "fp32.onnx").write(tmp_path / "plan.json")
+    data = json.loads(path.read_text())
+    for section, key in ((data["tensorrt"]["build"]["commands"], "trtexec"), (data["tensorrt"], "trtexec"),
+                         (data["modelopt"], "command")):
+        section[key] = _TOUCH  # a hand-edited (or hostile) file
+    data["tensorrt"]["build"]["commands"]["comment"] = f"# x\n{_TOUCH}"
+    path.write_text(json.dumps(data))
+    read = type(plan).read(path)
+    assert read.commands == build_commands(read.build) and read.build.exclude == names
+    calls = execute(read.commands.to_script(), tmp_path, stubs)
+    [[tool, *argv]] = calls
+    assert tool == "trtexec" and trtexec().parse_args(argv).onnx == str(mixed)
+    for code in fallback_sections(read)[0].code:  # the report's Build section, pasted into a shell
+        calls += execute(code, tmp_path, stubs)
+    assert not marker.exists() and len(calls) == 6
+
+
+def test_the_report_build_section_of_a_plan_without_files_keeps_names_commented(tmp_path):
+    stubs = stub_tools(tmp_path / "bin")
+    names = _hostile()
+    plan = search_fallback(names, lambda ex: float(len(ex)), FallbackTarget.min_metric(float(len(names))))
+    [code] = fallback_sections(plan)[0].code
+    assert "# ModelOpt: --nodes_to_exclude " in code  # no source model: ModelOpt's flag, as a comment
+    calls = execute(code, tmp_path, stubs)
+    assert not (tmp_path / "pwned").exists()
+    assert [call[0] for call in calls] == ["trtexec", "trtexec", "polygraphy", "polygraphy"]
+    pinned = trtexec().parse_args(calls[1][1:]).layerPrecisions
+    assert [item.rsplit(":", 1)[0] for item in pinned.split(",")] == list(names)

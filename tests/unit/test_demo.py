@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 
 from quantdbg.demo import (
     INPUT_NAME,
     OUTPUT_NAME,
     DemoResult,
     VariantScore,
+    export_demo,
     load_embedded,
     preprocess_digits,
     run_demo,
@@ -103,6 +105,20 @@ def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
     assert "--per-tensor relu=mse" in finding.fix
     plan = json.loads((tmp_path / "fallback_plan.json").read_text())
     assert f"--onnx={tmp_path / 'digits_cnn_mixed.onnx'}" in plan["tensorrt"]["trtexec"]
+    # ModelOpt's command reads the files written beside the plan (never a path inside the package),
+    # and they are the files `quantdbg demo --export` writes.
+    mo = run(plan["modelopt"]["command"], ["python", "-m", "modelopt.onnx.quantization"], modelopt())
+    assert (mo.onnx_path, mo.calibration_data_path) == (str(tmp_path / "model.onnx"),
+                                                        str(tmp_path / "calib.npz"))
+    assert mo.nodes_to_exclude == list(result.excluded)
+    (tmp_path / "exported").mkdir()
+    exported = export_demo(tmp_path / "exported")
+    for name in ("model.onnx", "calib.npz"):
+        assert (tmp_path / name).read_bytes() == exported[name].read_bytes()
+    # The profile rule of every command: any batch from 1 to the batch size the demo evaluated with (32).
+    built = run(plan["tensorrt"]["trtexec"], ["trtexec"], trtexec())
+    assert [trtexec_shapes(getattr(built, f"{w}Shapes")) for w in ("min", "opt", "max")] == [
+        {INPUT_NAME: (n, 1, 16, 16)} for n in (1, 32, 32)]
 
 
 def test_summary_text_is_the_table_the_readme_shows():

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.backends.tensorrt import EngineBuildSpec, trtexec_command
+from quantdbg.backends.tensorrt import EngineBuildSpec, TrtConfig, build_commands, trtexec_command
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import (
@@ -193,10 +193,11 @@ def test_a_version_1_plan_is_refused_with_the_fix(tmp_path):
 
 def test_plan_build_is_read_back_from_its_tensorrt_section(tmp_path):
     plan = search_fallback(["a", "b"], lambda exclude: float(len(exclude)), FallbackTarget.min_metric(1.0))
-    build = {"spec": {"model": "m.onnx"}, "commands": {"trtexec": "trtexec --onnx=m.onnx"}}
-    built = replace(plan, build=build)
+    built = replace(plan, build=EngineBuildSpec(Path("m.onnx"), TrtConfig(save_engine=Path("m.engine")),
+                                                exclude=plan.exclude))
     data = built.to_dict()
-    assert "build" not in data and data["tensorrt"]["build"] == dict(built.build)
+    assert "build" not in data and data["tensorrt"]["build"] == {
+        "spec": built.build.to_dict(), "commands": build_commands(built.build).to_dict()}
     assert FallbackPlan.read(built.write(tmp_path / "plan.json")) == built
 
 
@@ -216,13 +217,13 @@ def test_plan_trtexec_commands_come_from_the_tensorrt_backend(precision):
 
 
 def test_weakly_typed_trtexec_command_pins_the_excluded_nodes():
-    spec = EngineBuildSpec(Path("m.onnx"), exclude=("a/b", "c:d", "e f"), exclude_precision="fp16")
+    spec = EngineBuildSpec(Path("m.onnx"), exclude=("a/b", "c.d", "e f"), exclude_precision="fp16")
     assert trtexec_command(spec, strongly_typed=False) == (
         "trtexec --onnx=m.onnx --int8 --fp16 --precisionConstraints=obey "
-        "'--layerPrecisions=a/b:fp16,'\"'\"'c:d'\"'\"':fp16,e f:fp16'")
-    bare = EngineBuildSpec(Path("m.onnx"), engine=Path("m.engine"), exclude_precision="fp32")
+        "'--layerPrecisions=a/b:fp16,c.d:fp16,e f:fp16'")
+    bare = EngineBuildSpec(Path("m.onnx"), TrtConfig(save_engine=Path("m.engine")), exclude_precision="fp32")
     assert trtexec_command(bare, strongly_typed=False) == \
-        "trtexec --onnx=m.onnx --int8 --fp32 --saveEngine=m.engine"
+        "trtexec --onnx=m.onnx --int8 --saveEngine=m.engine"  # FP32 needs no flag (trtexec has none)
 
 
 def test_fallback_config_json_round_trip_and_validation():

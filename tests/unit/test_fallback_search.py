@@ -54,9 +54,9 @@ def test_bound_formulas_by_hand():
     assert group_testing_bound(64, 1) == 2 * 6 + 2
     assert group_testing_bound(64, 4) == 8 * 4 + 8
     assert group_testing_bound(19, 3) == 6 * 3 + 6  # ceil(log2(6.33)) = 3
-    assert search_bound(64, 4) == 5 + 1 + 40
+    assert search_bound(64, 4) == 5 + 1 + 40 + 3  # + k - 1 exchange evaluations proving the set the smallest
     assert planned_culprits(64) == 7 and planned_culprits(20) == 4 and planned_culprits(3) == 3
-    assert default_budget(64, "auto") == search_bound(64, 7) == 5 + 1 + 14 * 4 + 14
+    assert default_budget(64, "auto") == search_bound(64, 7) == 5 + 1 + 14 * 4 + 14 + 6
     assert default_budget(64) == default_budget(64, "bisect") == math.floor(2 * math.log2(64) + 2)
     with pytest.raises(ConfigError, match=r"^The number of culprits k must be in 1\.\.8 \(the layers\), "
                                           r"got 9\.$"):
@@ -101,7 +101,60 @@ def test_budget_property_random_planted_sets(seed):
             assert set(plan.exclude) == planted  # the unique minimal set, whatever its ranks
             assert plan.minimal
             assert plan.n_evaluations == len(evaluate.calls) <= search_bound(64, k) <= plan.budget
+            assert plan.phases.get("exchange", 0) <= k - 1  # planted layers shown essential, then done
             assert len(set(evaluate.calls)) == len(evaluate.calls)  # nothing evaluated twice
+
+
+class Alternatives:
+    """Monotone: met iff every layer of one of the ``sets`` is out of INT8."""
+
+    def __init__(self, *sets: set[str]) -> None:
+        self.sets = [frozenset(s) for s in sets]
+        self.calls: list[frozenset[str]] = []
+
+    def __call__(self, exclude: frozenset[str]) -> float:
+        self.calls.append(frozenset(exclude))
+        return 1.0 if any(s <= exclude for s in self.sets) else 0.0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_exchanges_find_a_smaller_set_than_the_first_irreducible_one(seed):
+    """Two alternative culprit sets: the top-ranked one is what group testing finds first; a smaller
+    one sits anywhere else in the ranking. Three layers for one (a drop-two-add-one exchange), and
+    four layers for two that only help together (neither alone gains anything)."""
+    rng = np.random.default_rng(seed)
+    names = list(rng.permutation(_names(64)))
+    deep = [str(n) for n in rng.choice(names[8:], 2, replace=False)]
+    for first, smaller in ((set(names[:3]), {deep[0]}), (set(names[:4]), set(deep))):
+        evaluate = Alternatives(first, smaller)
+        without = search_fallback(names, Alternatives(first, smaller), TARGET, SearchConfig(exchange=False),
+                                  verify=lambda exclude: 1.0)
+        assert set(without.exclude) == first and without.minimal  # irreducible, not the smallest
+        plan = search_fallback(names, evaluate, TARGET, verify=lambda exclude: 1.0)
+        assert plan.status == "met" and set(plan.exclude) == smaller and plan.minimal
+        assert plan.n_evaluations == len(evaluate.calls) <= plan.budget == default_budget(64, "auto")
+        assert len(set(evaluate.calls)) == len(evaluate.calls)
+        # the smaller set, once found, is shown the smallest: its layers are essential
+        assert plan.evaluations[-2].purpose == "exchange"
+
+
+def test_exchanges_stop_when_a_round_finds_nothing_smaller():
+    names = _names(32)
+    evaluate = Alternatives({"n0", "n1"}, {"n20", "n21"})  # two sets of two: no exchange helps
+    plan = search_fallback(names, evaluate, TARGET, verify=lambda exclude: 1.0)
+    assert set(plan.exclude) == {"n0", "n1"} and plan.status == "met"
+    assert plan.n_evaluations < plan.budget  # stopped, with budget left
+    exchange = [set(e.exclude) for e in plan.evaluations if e.purpose == "exchange"]
+    assert exchange[:2] == [set(names) - {"n0"}, set(names) - {"n1"}]  # neither essential: exchanges ran
+
+
+def test_the_exchange_phase_keeps_to_the_budget():
+    names = _names(64)
+    evaluate = Alternatives(set(names[:4]), {"n40", "n50"})
+    plan = search_fallback(names, evaluate, TARGET, max_evaluations=20, verify=lambda exclude: 1.0)
+    assert plan.n_evaluations == len(evaluate.calls) == 20
+    assert plan.status == "met" and len(plan.exclude) <= 4
+    assert evaluate(frozenset(plan.exclude)) == 1.0
 
 
 def test_no_set_is_evaluated_when_monotonicity_decides_it():
@@ -122,7 +175,11 @@ def test_a_prefix_within_the_share_is_minimised_by_group_testing():
     assert plan.exclude == ("n0", "n5") and plan.minimal
     assert [len(e.exclude) for e in plan.evaluations if e.purpose == "search"] == [1, 2, 4, 8]
     assert all(len(e.exclude) < len(names) for e in plan.evaluations)  # never every layer out of INT8
-    assert list(plan.phases) == ["search", "group", "verify"]
+    assert list(plan.phases) == ["search", "group", "exchange", "verify"]
+    # the exchange phase: every layer but n0 out of INT8 misses, so n0 is essential and the set of two
+    # is a smallest one
+    assert [(set(e.exclude), e.met) for e in plan.evaluations if e.purpose == "exchange"] == [
+        (set(names) - {"n0"}, False)]
 
 
 def test_culprits_beyond_the_share_are_found_by_group_testing():

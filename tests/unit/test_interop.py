@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import fields, replace
 from pathlib import Path
 
 import models
@@ -14,6 +15,7 @@ from quantdbg.backends.tensorrt import (
     BuildCommands,
     EngineBuildSpec,
     ShapeRange,
+    TrtConfig,
     build_commands,
     polygraphy_convert_command,
     polygraphy_run_command,
@@ -24,15 +26,16 @@ from quantdbg.errors import ConfigError, FormatError, ModelError
 
 SPEC = EngineBuildSpec(
     model=Path("/data/my models/mixed.onnx"),
-    shapes={"images": ShapeRange((1, 3, 224, 224), (8, 3, 224, 224), (32, 3, 224, 224)),
-            "input:0": ShapeRange((1, 7), (8, 7), (32, 7))},
-    engine=Path("/data/my models/mixed.plan"),
-    timing_cache=Path("/tmp/timing.cache"),
+    config=TrtConfig(
+        shapes={"images": ShapeRange((1, 3, 224, 224), (8, 3, 224, 224), (32, 3, 224, 224)),
+                "input:0": ShapeRange((1, 7), (8, 7), (32, 7))},
+        save_engine=Path("/data/my models/mixed.plan"),
+        timing_cache=Path("/tmp/timing.cache"),
+        workspace_bytes=2048 << 20,
+        builder_optimization_level=4,
+        tf32=False),
     layer_info=Path("/data/layers.json"),
     exclude=("/blocks.3/fc2/MatMul", "head"),
-    workspace_mib=2048,
-    builder_optimization_level=4,
-    tf32=False,
 )
 
 
@@ -67,7 +70,7 @@ def test_polygraphy_convert_command_exact():
 
 
 def test_polygraphy_run_command_exact_with_tf32_and_no_extras():
-    spec = EngineBuildSpec(Path("m.onnx"), {"x": ShapeRange((1, 16), (4, 16), (8, 16))})
+    spec = EngineBuildSpec(Path("m.onnx"), TrtConfig(shapes={"x": ShapeRange((1, 16), (4, 16), (8, 16))}))
     assert polygraphy_run_command(spec) == (
         "polygraphy run m.onnx --trt --onnxrt --strongly-typed --trt-min-shapes 'x:[1,16]' "
         "--trt-opt-shapes 'x:[4,16]' --trt-max-shapes 'x:[8,16]' --tf32 --input-shapes 'x:[4,16]'")
@@ -76,14 +79,14 @@ def test_polygraphy_run_command_exact_with_tf32_and_no_extras():
 
 
 def test_static_model_needs_no_shape_flags():
-    spec = EngineBuildSpec(Path("static.onnx"), engine=Path("s.plan"))
+    spec = EngineBuildSpec(Path("static.onnx"), TrtConfig(save_engine=Path("s.plan")))
     assert trtexec_command(spec) == "trtexec --onnx=static.onnx --stronglyTyped --saveEngine=s.plan"
     assert polygraphy_convert_command(spec) == (
         "polygraphy convert static.onnx --convert-to trt -o s.plan --strongly-typed --tf32")
 
 
 def test_convert_needs_an_engine_path():
-    with pytest.raises(ConfigError, match="set EngineBuildSpec.engine"):
+    with pytest.raises(ConfigError, match="set EngineBuildSpec.config.save_engine"):
         polygraphy_convert_command(EngineBuildSpec(Path("m.onnx")))
 
 
@@ -91,7 +94,7 @@ def test_build_commands_and_script():
     commands = build_commands(SPEC)
     assert commands.trtexec == trtexec_command(SPEC)
     assert commands.comment == ("# 2 node(s) kept in FP16 (cast in the model; the strongly typed build "
-                                "follows it): /blocks.3/fc2/MatMul, head")
+                                "follows it): '/blocks.3/fc2/MatMul', 'head'")
     script = commands.to_script().splitlines()
     assert script[:4] == ["#!/bin/sh", "set -e", commands.comment, commands.trtexec]
     assert f"# {commands.polygraphy_convert}" in script and f"# {commands.polygraphy_run}" in script
@@ -106,11 +109,20 @@ def test_spec_json_round_trip():
 
 def test_spec_and_commands_json_keep_their_keys():
     """Fallback plans (``quantdbg.fallback_plan/2``) embed these dicts: their keys are part of that format."""
-    assert EngineBuildSpec(Path("m.onnx"), {"x": ShapeRange((1, 7), (2, 7), (4, 7))},
-                           engine=Path("e.plan"), exclude=("a",)).to_dict() == {
-        "model": "m.onnx", "shapes": {"x": {"min": [1, 7], "opt": [2, 7], "max": [4, 7]}}, "engine": "e.plan",
-        "timing_cache": None, "layer_info": None, "exclude": ["a"], "exclude_precision": "fp16",
-        "workspace_mib": None, "builder_optimization_level": None, "tf32": True}
+    shapes = {"x": ShapeRange((1, 7), (2, 7), (4, 7))}
+    spec = EngineBuildSpec(Path("m.onnx"), TrtConfig(shapes=shapes, save_engine=Path("e.plan")),
+                           exclude=("a",))
+    assert spec.to_dict() == {
+        "model": "m.onnx", "config": TrtConfig(shapes=shapes, save_engine=Path("e.plan")).to_dict(),
+        "layer_info": None, "exclude": ["a"], "exclude_precision": "fp16", "source": None,
+        "calibration_data": None}
+    # Plans written before TrtConfig held the settings spelled them flat, the workspace in MiB.
+    legacy = {"model": "m.onnx", "shapes": {"x": {"min": [1, 7], "opt": [2, 7], "max": [4, 7]}},
+              "engine": "e.plan", "timing_cache": None, "layer_info": None, "exclude": ["a"],
+              "exclude_precision": "fp16", "workspace_mib": 3, "builder_optimization_level": None,
+              "tf32": True}
+    assert EngineBuildSpec.from_dict(legacy) == replace(
+        spec, config=replace(spec.config, workspace_bytes=3 << 20))
     commands = BuildCommands("t", "c", "r")
     assert commands.to_dict() == {"trtexec": "t", "polygraphy_convert": "c", "polygraphy_run": "r",
                                   "comment": "", "trtexec_weakly_typed": "", "modelopt": ""}
@@ -124,9 +136,9 @@ def test_from_model_fills_the_batch_range(tmp_path):
     path = tmp_path / "dir with space" / "m.onnx"
     path.parent.mkdir()
     onnx.save(models_lint.clean_conv_block(), str(path))
-    spec = EngineBuildSpec.from_model(path, batch=(2, 4, 16), engine=tmp_path / "e.plan",
+    spec = EngineBuildSpec.from_model(path, TrtConfig(batch=(2, 4, 16), save_engine=tmp_path / "e.plan"),
                                       exclude=["conv2"], exclude_precision="fp32")
-    assert dict(spec.shapes) == {"x": ShapeRange((2, 16, 8, 8), (4, 16, 8, 8), (16, 16, 8, 8))}
+    assert dict(spec.config.shapes) == {"x": ShapeRange((2, 16, 8, 8), (4, 16, 8, 8), (16, 16, 8, 8))}
     assert spec.exclude == ("conv2",) and spec.exclude_precision is Precision.FP32
     assert "--minShapes=x:2x16x8x8" in shlex.split(trtexec_command(spec))
 
@@ -138,8 +150,9 @@ def test_from_model_refuses_other_dynamic_dims_without_a_range(tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(ConfigError, match=r"Input 'x' has shape \(N, T, 8\) with dynamic axes \[0, 1\]"):
         EngineBuildSpec.from_model(path)
-    spec = EngineBuildSpec.from_model(path, shapes={"x": ShapeRange((1, 1, 8), (4, 5, 8), (8, 16, 8))})
-    assert spec.shapes["x"].max == (8, 16, 8)
+    ranges = {"x": ShapeRange((1, 1, 8), (4, 5, 8), (8, 16, 8))}
+    spec = EngineBuildSpec.from_model(path, TrtConfig(shapes=ranges))
+    assert spec.config.shapes["x"].max == (8, 16, 8)
 
 
 def test_from_model_missing_file(tmp_path):
@@ -148,11 +161,22 @@ def test_from_model_missing_file(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"workspace_mib": 0}, "workspace_mib must be > 0"),
-    ({"builder_optimization_level": 6}, r"builder_optimization_level must be in \[0, 5\]"),
     ({"exclude": "conv"}, r"^EngineBuildSpec\.exclude takes a sequence of node names, not one string\.$"),
-    ({"shapes": {"x": (1, 2, 3)}}, "must be a ShapeRange"),
+    ({"config": {"save_engine": "e.plan"}}, r"^EngineBuildSpec\.config must be a TrtConfig, got dict\.$"),
+    ({"config": TrtConfig(load_engine="e.plan")}, "load_engine is set, but a build spec builds an engine"),
 ])
 def test_spec_validation(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         EngineBuildSpec(Path("m.onnx"), **kwargs)
+
+
+def test_one_trt_config_in_bytes_drives_the_engine_build_and_every_command():
+    """The build settings live in TrtConfig only (bytes); the commands spell them in each tool's unit."""
+    assert not {"workspace_mib", "shapes", "engine", "timing_cache", "tf32", "builder_optimization_level"} \
+        & {f.name for f in fields(EngineBuildSpec)}
+    for size, trtexec, polygraphy in ((3 << 30, "workspace:3072M", "workspace:3072M"),
+                                      (1000, "workspace:1000B", "workspace:1000")):
+        spec = EngineBuildSpec(Path("m.onnx"), TrtConfig(save_engine=Path("m.plan"), workspace_bytes=size))
+        assert f"--memPoolSize={trtexec}" in shlex.split(trtexec_command(spec))
+        convert = shlex.split(polygraphy_convert_command(spec))
+        assert convert[convert.index("--pool-limit") + 1] == polygraphy

@@ -1,8 +1,10 @@
 """Optional dependencies load on first use, and their absence is an error naming the extra."""
 from __future__ import annotations
 
+import importlib
 import json
 import sys
+import types
 
 import pytest
 
@@ -10,9 +12,15 @@ from quantdbg import _optional
 from quantdbg.errors import MissingDependencyError
 
 
-def test_load_imports_once_and_returns_the_module():
+def test_load_imports_once_and_returns_the_module(monkeypatch):
     assert _optional.load("json", "unused") is json
-    assert _optional.load("json", "unused") is _optional.load("json", "unused")
+    probe = types.ModuleType("quantdbg_probe_dependency")
+    monkeypatch.setitem(sys.modules, "quantdbg_probe_dependency", probe)
+    imported = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name) or real(name, *a))
+    assert [_optional.load("quantdbg_probe_dependency", "unused") for _ in range(3)] == [probe] * 3
+    assert imported == ["quantdbg_probe_dependency"]  # the later calls reuse the first
 
 
 def test_absent_module_names_the_extra_and_keeps_the_cause(monkeypatch):

@@ -61,16 +61,34 @@ def test_weight_scale_is_channel_amax_over_127_and_codes_stay_in_127():
     assert record.calibrator == "absmax" and record.quantize_node is not None
 
 
-def test_every_weight_scale_is_amax_over_its_axis(rng):
+# The output-channel axis of each weight, read off the layouts ONNX defines: Conv W [C_out, C_in, k...]
+# -> 0; ConvTranspose W [C_in, C_out, k...] -> 1; Gemm B [K, N] -> 1, with transB=1 B is [N, K] -> 0;
+# MatMul B [K, N] -> 1.
+OUTPUT_CHANNEL_AXIS = {
+    "fc1.w": 0,  # mlp: Gemm, transB=1, B (16, 8) = [N=16, K=8]
+    "fc2.w": 1,  # mlp: MatMul, B (16, 4) = [K=16, N=4]
+    "q.w": 1, "k.w": 1,  # attention_matmuls: MatMul, B (8, 8) = [K, N]
+    "deconv.w": 1,  # deconv_gemm: ConvTranspose, W (2, 3, 2, 2) = [C_in=2, C_out=3, kh, kw]
+    "fc.w": 1,  # deconv_gemm: Gemm, transB=0, B (192, 5) = [K=192, N=5]
+    "conv_a.w": 0, "conv_b.w": 0, "conv_out.w": 0,  # concat_convs: Conv, W [C_out, C_in, 1, 1]
+}
+
+
+def test_every_weight_scale_is_amax_over_its_output_channel_axis(rng):
+    seen = set()
     for model in (models.mlp(), models.attention_matmuls(), models_qdq.deconv_gemm(), models.concat_convs()):
         plan = plan_qdq(model)
         ranges = {t: TensorRange(t, -1, 1, "minmax") for t in plan.activation_tensors}
         qm = insert_qdq(model, CalibrationResult(ranges, {}), plan=plan)
         for record in (r for r in qm.records if r.kind is TensorKind.WEIGHT):
+            seen.add(record.tensor)
+            axis = OUTPUT_CHANNEL_AXIS[record.tensor]
             w = initializer(model, record.tensor)
-            amax = np.abs(w).max(axis=tuple(a for a in range(w.ndim) if a != record.axis))
+            assert record.axis == axis, record.tensor
+            amax = np.abs(w).max(axis=tuple(a for a in range(w.ndim) if a != axis))
             np.testing.assert_allclose(record.scale, amax / 127, rtol=1e-6)
-            assert len(record.scale) == w.shape[record.axis]
+            assert len(record.scale) == w.shape[axis]
+    assert seen == set(OUTPUT_CHANNEL_AXIS)
 
 
 def test_concat_inputs_share_one_scale_with_the_output(rng):

@@ -125,3 +125,139 @@ def test_all_zero_activations_are_named_with_what_the_engine_does(tmp_path):
                            "1/127): zeros stay exact in INT8, and the engine clips any value beyond +-1 at "
                            "run time. Check that the calibration data exercises it.")
     assert [m.split("'")[1] for m in messages] == ["act0", "act1", "act2", "x"]
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN / Inf in the data: one line naming the input, the sample (from 0 over all batches), the count
+# ---------------------------------------------------------------------------------------------
+
+def _nonfinite_message(origin: str, count: int, sample: str) -> str:
+    return (f"{origin}: input 'x' holds {count} NaN/Inf value(s), the first in {sample}; NaN and Inf cannot "
+            "be calibrated or evaluated. Remove or repair that sample, or check the preprocessing.")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+def test_nonfinite_calibration_data_is_refused_naming_the_sample(folder, capsys, tmp_path, value):
+    x = np.random.default_rng(1).standard_normal((40, 16)).astype(np.float32)
+    x[17, 3] = x[17, 9] = x[30, 0] = value
+    path = tmp_path / "bad.npz"
+    np.savez(path, x=x)
+    before = _sha(tmp_path)
+    assert main(["calibrate", str(folder / "m.onnx"), "--data", str(path), "--batch-size", "4", "--out",
+                 str(tmp_path / "q.onnx"), "--no-progress"]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg calibrate: error: {_nonfinite_message(repr(str(path)), 3, 'sample 17 (counted from 0)')}\n"
+    assert _sha(tmp_path) == before
+
+
+def test_nonfinite_evaluation_data_is_refused_naming_the_file(folder, capsys, tmp_path):
+    x = np.random.default_rng(2).standard_normal((12, 16)).astype(np.float32)
+    x[5, 0] = np.nan
+    path = tmp_path / "eval.npz"
+    np.savez(path, x=x)
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval", str(path),
+                 "--no-evidence", "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg analyze: error: {_nonfinite_message(repr(str(path)), 1, 'sample 5 (counted from 0)')}\n"
+    assert not (tmp_path / "r.json").exists()
+
+
+class _Batches:
+    """Re-iterable feeds that are neither arrays nor a list: checked feed by feed as they come."""
+
+    def __init__(self, feeds):
+        self.feeds = feeds
+
+    def __iter__(self):
+        return iter(self.feeds)
+
+
+@pytest.mark.parametrize("wrap", [list, _Batches], ids=["feed list", "iterable"])
+def test_the_api_counts_samples_over_every_batch(wrap):
+    rng = np.random.default_rng(3)
+    feeds = [{"x": rng.standard_normal((n, 16)).astype(np.float32)} for n in (4, 3, 5)]
+    feeds[2]["x"][3, 1] = np.inf  # sample 4 + 3 + 3 = 10
+    where = "The data" if wrap is list else "calibration batch 2"
+    with pytest.raises(DataError) as caught:
+        quantize(ms.mlp4(), wrap(feeds), CalibConfig("minmax"))
+    assert str(caught.value) == _nonfinite_message(where, 1, "sample 10 (counted from 0)")
+
+
+def test_a_runner_refuses_a_nonfinite_feed():
+    from quantdbg.backends.onnxrt import OnnxrtRunner
+
+    x = np.ones((3, 16), np.float32)
+    x[1:, 0] = np.nan
+    with OnnxrtRunner(ms.mlp4()) as runner, pytest.raises(DataError) as caught:
+        runner.infer({"x": x})
+    assert str(caught.value) == _nonfinite_message("feed", 2, "sample 1 of this feed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels: class indices from 0 to the number of classes - 1
+# ---------------------------------------------------------------------------------------------
+
+def _labels_file(tmp_path, position: int, value: int):
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 16, 12)
+    labels[position] = value
+    path = tmp_path / "eval.npz"
+    np.savez(path, x=rng.standard_normal((12, 16)).astype(np.float32), label=labels)
+    return path
+
+
+def _label_message(path, where: str, value: int, valid: str) -> str:
+    return (f"Accuracy labels (--labels 'label' of {str(path)!r}): {where} has label {value}, but labels "
+            f"are class indices {valid}; 1 label(s) are out of range. Fix the labels, or pick the array that "
+            "holds them.")
+
+
+def test_a_negative_label_is_refused_naming_the_file_the_sample_and_the_value(folder, capsys, tmp_path):
+    path = _labels_file(tmp_path, 7, -3)
+    before = _sha(tmp_path)
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval", str(path),
+                 "--labels", "label", "--no-evidence", "--out", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err == \
+        f"quantdbg analyze: error: {_label_message(path, 'sample 7', -3, 'from 0')}\n"
+    assert _sha(tmp_path) == before
+
+
+def test_a_label_past_the_last_class_is_refused(folder, capsys, tmp_path):
+    path = _labels_file(tmp_path, 9, 16)  # mlp4 has 16 outputs: classes 0..15
+    assert main(["analyze", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--eval", str(path),
+                 "--labels", "label", "--no-evidence", "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not (tmp_path / "r.json").exists()
+    assert _label_message(path, "sample 9", 16, "0 to 15 (output 'y' has 16)") in err
+
+
+def test_accuracy_checks_labels_against_the_class_axis():
+    from quantdbg.evaluation import Accuracy
+
+    labels = np.zeros((2, 3), np.int64)
+    labels[1, 2] = 4
+    logits = {"y": np.zeros((2, 3, 4), np.float32)}
+    with pytest.raises(DataError) as caught:
+        Accuracy(labels).from_outputs(logits, logits)
+    assert str(caught.value) == ("Accuracy labels: position (1, 2) has label 4, but labels are class "
+                                 "indices 0 to 3 (output 'y' has 4); 1 label(s) are out of range. Fix the "
+                                 "labels, or pick the array that holds them.")
+    labels[1, 2] = 3
+    assert Accuracy(labels).from_outputs(logits, logits) == pytest.approx(5 / 6)  # argmax 0 everywhere
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse"])
+def test_the_cli_refuses_a_sample_beyond_fp16_with_every_method(folder, capsys, tmp_path, method):
+    x = np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32)
+    x[21, 2] = 3e38
+    np.savez(tmp_path / "big.npz", x=x)
+    before = _sha(tmp_path)
+    assert main(["calibrate", str(folder / "m.onnx"), "--data", str(tmp_path / "big.npz"), "--method", method,
+                 "--out", str(tmp_path / "q.onnx"), "--cache", str(tmp_path / "q.cache"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("quantdbg calibrate: error: Tensor 'x' reaches 3e+38 during calibration, in "
+                          "sample 21 alone (counted from 0), beyond float16's range (+-65504) and more than "
+                          "254 times its 639 other values (at most ")
+    assert "Remove or clip sample 21, or check the preprocessing." in err and err.count("\n") == 1
+    assert _sha(tmp_path) == before

@@ -1,5 +1,6 @@
-"""SIGINT/SIGTERM stop a command with one line and 130/143, kill the evaluation command, remove the
-temporary folders; the next run resumes. A SIGKILLed run takes its evaluation command with it."""
+"""SIGINT/SIGTERM stop a command with one line and 130/143, kill the evaluation command and what it
+started, remove the temporary folders; the next run resumes. A SIGKILLed run takes its evaluation
+command, and the command's own children, with it."""
 from __future__ import annotations
 
 import os
@@ -8,11 +9,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import models_sensitivity as ms
 import numpy as np
 import pytest
+from processes import LINUX_ONLY, gone, running, wait_for_file
 
 import quantdbg.evaluation.task as task
 from quantdbg._journal import Journal
@@ -21,9 +22,10 @@ from quantdbg.errors import BackendError, ConfigError
 from quantdbg.evaluation import CommandMetric
 
 # Prints a fixed score and counts its calls; the call numbered by the file `hang` (if present)
-# records its pid and hangs, standing in for a long evaluation.
+# starts a child of its own (a grandchild of quantdbg), writes both process ids and hangs, standing
+# in for a long evaluation with a data loader's worker.
 SCRIPT = """\
-import os, sys, time
+import os, subprocess, sys, time
 folder = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(folder, "calls"), "a") as f:
     f.write("x")
@@ -31,8 +33,11 @@ calls = len(open(os.path.join(folder, "calls")).read())
 hang = os.path.join(folder, "hang")
 if os.path.exists(hang) and calls == int(open(hang).read()):
     os.remove(hang)
-    open(os.path.join(folder, "pid"), "w").write(str(os.getpid()))
-    time.sleep(120)
+    worker = subprocess.Popen(["sleep", "1000"])
+    with open(os.path.join(folder, "pids.tmp"), "w") as f:
+        f.write(f"{os.getpid()} {worker.pid}")
+    os.rename(os.path.join(folder, "pids.tmp"), os.path.join(folder, "pids"))
+    time.sleep(1000)
 print(1.0)
 """
 FULL_RUN_CALLS = 5  # isolated mode on the four-layer MLP with a command metric
@@ -50,41 +55,28 @@ def job(tmp_path):
     return tmp_path, argv, {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
 
 
-def _start_hanging(folder, argv, env, call):
+def _start_hanging(folder, argv, env, call, leftovers):
+    """Starts quantdbg and returns it once evaluation number ``call`` hangs, with the ids of the
+    evaluation command and of the child it started."""
     (folder / "hang").write_text(str(call))
     process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (folder / "pid").exists() or not (folder / "pid").read_text():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return process, int((folder / "pid").read_text())
+    child, grandchild = map(int, wait_for_file(folder / "pids", process).split())
+    leftovers += [child, grandchild]
+    assert running(child) and running(grandchild)
+    return process, child, grandchild
 
 
-def _gone(pid, wait=10.0):
-    """True once ``pid`` has stopped (gone, or killed and waiting to be reaped: state Z)."""
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        try:
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
-
-
+@LINUX_ONLY
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_stops_the_run_in_one_line_and_the_next_run_resumes(job, signum, status):
+def test_a_signal_stops_the_run_in_one_line_and_the_next_run_resumes(job, signum, status, leftovers):
     folder, argv, env = job
-    process, child = _start_hanging(folder, argv, env, call=4)
+    process, child, grandchild = _start_hanging(folder, argv, env, 4, leftovers)
     process.send_signal(signum)
     _, err = process.communicate(timeout=60)
     assert process.returncode == status
     assert err == (f"quantdbg analyze: stopped by {signal.Signals(signum).name}; rerun the same command to "
                    "resume where it stopped.\n")
-    assert _gone(child)
+    assert gone(child) and gone(grandchild)
     assert list((folder / "tmp").iterdir()) == []  # no quantdbg-eval-* folder left
     done = Journal.read(folder / "r.json.partial").entries
     assert len(done) >= 1
@@ -96,12 +88,14 @@ def test_a_signal_stops_the_run_in_one_line_and_the_next_run_resumes(job, signum
     assert not (folder / "r.json.partial").exists() and (folder / "r.json").is_file()
 
 
-def test_a_killed_run_takes_its_evaluator_along_and_the_next_run_clears_its_folder(job, monkeypatch):
+@LINUX_ONLY
+def test_a_killed_run_takes_its_evaluator_along_and_the_next_run_clears_its_folder(job, monkeypatch,
+                                                                                   leftovers):
     folder, argv, env = job
-    process, child = _start_hanging(folder, argv, env, call=1)
+    process, child, grandchild = _start_hanging(folder, argv, env, 1, leftovers)
     process.kill()
     process.communicate(timeout=60)
-    assert _gone(child)
+    assert gone(child) and gone(grandchild)
     left = list((folder / "tmp").iterdir())
     assert [p.name.startswith(f"quantdbg-eval-{process.pid}-") for p in left] == [True]
     (folder / "tmp" / "quantdbg-eval-1-keep").mkdir()  # pid 1 runs: its folder stays

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import warnings
 
+import models
 import models_smoothing as ms
 import numpy as np
 import onnx
@@ -181,14 +182,14 @@ def test_channel_absmax_is_batch_invariant_and_matches_numpy(rng):
 
 
 def test_nonfinite_values_are_counted_left_out_and_warned(rng):
-    x = rng.standard_normal((2, 5, 8), dtype=np.float32)
-    x[1, 2, 0] = np.nan  # LayerNorm turns that token into 8 NaNs
-    with pytest.warns(QuantDbgWarning, match=r"Tensor 'ln': 8 NaN/Inf value\(s\)"):
-        got = collect_channel_absmax(ms.ln_ffn(), [{"x": x}], ["ln"])
-    finite = ms.ln_ffn_forward(x)["ln"].reshape(-1, 8)
-    want = np.abs(finite[np.isfinite(finite).all(axis=1)]).max(axis=0)
-    np.testing.assert_allclose(got.absmax["ln"], want, rtol=1e-5)
-    assert got.nonfinite["ln"] == 8
+    x = np.abs(rng.standard_normal((6, 4), dtype=np.float32)) + 0.5
+    x[1, :2] = [0.0, -1.0]  # finite inputs; Log makes them -inf and NaN
+    with pytest.warns(QuantDbgWarning, match=r"Tensor 'l': 2 NaN/Inf value\(s\)"):
+        got = collect_channel_absmax(models.log_matmul(), [{"x": x}], ["l"])
+    logs = np.log(np.where(x > 0, x, np.nan))
+    want = np.nanmax(np.abs(logs), axis=0)
+    np.testing.assert_allclose(got.absmax["l"], want, rtol=1e-6)
+    assert got.nonfinite["l"] == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -110,3 +110,83 @@ def test_integer_tensor_is_refused():
     collector = S.TensorCollector("ids")
     with pytest.raises(DataError, match="'ids' holds int64 values"):
         collector.update(np.arange(4))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sample peaks: the two samples with the largest max |x|, exact under any batching and merge
+# ---------------------------------------------------------------------------------------------
+
+def _peaks_oracle(samples: np.ndarray) -> tuple[S.SamplePeak, ...]:
+    """Largest finite |x| per sample (axis 0), the top two by value then index."""
+    rows = np.abs(samples.reshape(samples.shape[0], -1).astype(np.float64))
+    per = np.where(np.isfinite(rows), rows, -1).max(axis=1)
+    ranked = sorted((i for i in range(per.size) if per[i] >= 0), key=lambda i: (-per[i], i))[:2]
+    return tuple(S.SamplePeak(i, float(per[i])) for i in ranked)
+
+
+def _collect_samples(samples: np.ndarray, sizes: list[int], first: int = 0) -> S.TensorStats:
+    collector = S.TensorCollector("t")
+    start = first
+    for piece in np.split(samples, np.cumsum(sizes)[:-1]):
+        collector.update(piece, start)
+        start += piece.shape[0]
+    return collector.result()
+
+
+@pytest.mark.parametrize("sizes", [[40], [1] * 40, [7] * 5 + [5], [3, 30, 7]],
+                         ids=["1x40", "40x1", "7s", "mixed"])
+def test_peaks_are_the_two_largest_samples_whatever_the_batching(rng, sizes):
+    samples = rng.standard_normal((40, 3, 5)).astype(np.float32)
+    samples[11] = np.clip(samples[11] * 20, -60, 60)
+    samples[29, 0, 0] = -80.0  # the largest |x| of all, negative
+    samples[3, 1, 1] = np.nan  # left out; sample 3 still counts by its finite values
+    peaks = _collect_samples(samples, sizes).peaks
+    assert peaks == _peaks_oracle(samples) and peaks[0] == S.SamplePeak(29, 80.0) and peaks[1].sample == 11
+
+
+def test_equal_peaks_go_to_the_earlier_sample_and_one_sample_counts_once():
+    samples = np.ones((6, 4), np.float32)
+    assert _collect_samples(samples, [2, 2, 2]).peaks == (S.SamplePeak(0, 1.0), S.SamplePeak(1, 1.0))
+    # Statistics of two tensors over the same samples (a shared scale): sample 5 leads both.
+    a = S.TensorStats("a", 0, 1, 8, peaks=(S.SamplePeak(5, 9.0), S.SamplePeak(2, 4.0)))
+    b = S.TensorStats("b", 0, 1, 8, peaks=(S.SamplePeak(5, 7.0), S.SamplePeak(1, 3.0)))
+    assert S.merge_stats("a+b", [a, b]).peaks == (S.SamplePeak(5, 9.0), S.SamplePeak(2, 4.0))
+
+
+def test_shards_merge_into_the_peaks_of_one_pass(rng):
+    samples = (rng.standard_normal((30, 8)) * rng.uniform(0.1, 5, (30, 1))).astype(np.float32)
+    whole = _collect_samples(samples, [30])
+    parts = [_collect_samples(samples[lo:hi], [hi - lo]) for lo, hi in ((0, 9), (9, 20), (20, 30))]
+    merged = S.merge_stats("t", [S.shift_samples(p, lo) for p, lo in zip(parts, (0, 9, 20), strict=True)])
+    assert merged == whole and len(whole.peaks) == 2
+
+
+def test_a_batch_without_sample_axis_drops_the_peaks_for_good(rng):
+    collector = S.TensorCollector("t")
+    collector.update(rng.standard_normal((4, 3)).astype(np.float32), 0)
+    collector.update(rng.standard_normal((4, 3)).astype(np.float32), None)
+    collector.update(rng.standard_normal((4, 3)).astype(np.float32), 8)
+    assert collector.result().peaks == ()
+    tracked = S.TensorStats("t", -1.0, 1.0, 4, peaks=(S.SamplePeak(0, 1.0),))
+    assert S.merge_stats("t", [tracked, collector.result()]).peaks == ()  # one member untracked
+
+
+def test_peaks_travel_through_json():
+    stats = S.TensorStats("t", -3.0, 2.5, 10, peaks=(S.SamplePeak(7, 3.0), S.SamplePeak(2, 2.5)))
+    data = json.loads(json.dumps(stats.to_dict()))
+    assert data["peaks"] == [{"sample": 7, "absmax": 3.0}, {"sample": 2, "absmax": 2.5}]
+    assert S.TensorStats.from_dict(data) == stats
+
+
+@pytest.mark.parametrize("sizes", [[40], [1] * 40, [7] * 5 + [5]], ids=["1x40", "40x1", "7s"])
+def test_values_beyond_fp16_are_counted_apart_whatever_the_batching(rng, sizes):
+    samples = (rng.standard_normal((40, 6)) * 3e4).astype(np.float32)
+    samples[5, 2], samples[33, 0] = np.inf, -3e38
+    stats = _collect_samples(samples, sizes)
+    finite = np.abs(samples[np.isfinite(samples)])
+    assert stats.beyond_fp16 == np.count_nonzero(finite > 65504) > 1
+    assert stats.fp16_absmax == finite[finite <= 65504].max()
+    assert S.TensorStats.from_dict(json.loads(json.dumps(stats.to_dict()))) == stats
+    plain = _collect_samples(np.ones((4, 2), np.float32), [4])
+    assert (plain.fp16_absmax, plain.beyond_fp16) == (1.0, 0)
+    assert "beyond_fp16" not in plain.to_dict() and "fp16_absmax" not in S.TensorStats("t", 0, 0, 0).to_dict()

@@ -3,9 +3,17 @@
 Data flows ``stats`` (streaming collectors, exact merge) -> ``collect`` (one ONNX Runtime pass
 streaming the planned activations into collectors) -> ``calibrators`` (statistics -> range,
 a registry) -> ``ranges`` (:func:`calibrate`). ``smoothing`` is the SmoothQuant-style rewrite
-that moves activation outliers into weights before calibration.
+that moves activation outliers into weights before calibration, ``equalization`` the cross-layer
+equalization that balances the channels of consecutive layers, and ``bias_correction`` the mean
+shift of INT8 weight rounding, measured per channel and taken out of the biases.
 """
 from quantdbg._exports import public_names as _public_names
+from quantdbg.calibration.bias_correction import BiasCorrection as BiasCorrection
+from quantdbg.calibration.bias_correction import BiasCorrections as BiasCorrections
+from quantdbg.calibration.bias_correction import SkippedLayer as SkippedLayer
+from quantdbg.calibration.bias_correction import apply_bias_corrections as apply_bias_corrections
+from quantdbg.calibration.bias_correction import correct_biases as correct_biases
+from quantdbg.calibration.bias_correction import restore_bias as restore_bias
 from quantdbg.calibration.calibrators import Calibrator as Calibrator
 from quantdbg.calibration.calibrators import EntropyConfig as EntropyConfig
 from quantdbg.calibration.calibrators import MinMaxConfig as MinMaxConfig
@@ -25,6 +33,10 @@ from quantdbg.calibration.collect import expose_tensors as expose_tensors
 from quantdbg.calibration.compare import CalibratorComparison as CalibratorComparison
 from quantdbg.calibration.compare import compare_calibrators as compare_calibrators
 from quantdbg.calibration.compare import histogram_sqnr as histogram_sqnr
+from quantdbg.calibration.equalization import Equalization as Equalization
+from quantdbg.calibration.equalization import EqualizationResult as EqualizationResult
+from quantdbg.calibration.equalization import EqualizedPair as EqualizedPair
+from quantdbg.calibration.equalization import equalize as equalize
 from quantdbg.calibration.ranges import CalibrationResult as CalibrationResult
 from quantdbg.calibration.ranges import calibrate as calibrate
 from quantdbg.calibration.ranges import recalibrate as recalibrate

@@ -18,11 +18,12 @@ import numpy as np
 import onnx
 
 from quantdbg._progress import track
-from quantdbg.calibration.stats import Collector, TensorStats, merge_stats
+from quantdbg.calibration.stats import Collector, TensorStats, merge_stats, shift_samples
 from quantdbg.config import check_shards
 from quantdbg.data import (
     DataSource,
     FeedList,
+    SampleFeed,
     ShardableData,
     as_model_data,
     check_feed,
@@ -95,11 +96,42 @@ class Collected(Mapping[str, TensorStats]):
         return len(self._stats)
 
 
+@dataclass(frozen=True)
+class BatchSamples:
+    """Which samples of the data one batch holds.
+
+    Attributes:
+        first: The index of its first sample (counted from 0 over every batch).
+        count: How many samples it holds.
+        single: The feed is one sample whatever its shape (inputs without a batch axis, or a fixed
+            batch of 1): every tensor's values belong to that sample.
+    """
+
+    first: int
+    count: int
+    single: bool = False
+
+    def split(self, array: np.ndarray, batched: bool) -> tuple[np.ndarray, int | None]:
+        """``array`` with its samples on axis 0, and the index of the first (None: its values cannot
+        be told apart by sample).
+
+        Args:
+            array: One tensor's values in this batch.
+            batched: The tensor's axis 0 is the inputs' batch axis (:func:`sample_axis_tensors`).
+        """
+        if self.single:
+            return np.asarray(array)[np.newaxis], self.first
+        if batched and np.ndim(array) and np.shape(array)[0] == self.count:
+            return array, self.first
+        return array, None
+
+
 class ActivationStream:
     """Batches of a model's activations: one ONNX Runtime session fetching the named tensors.
 
     Iterating :meth:`batches` runs the model on one feed at a time and yields the values of
     ``names`` (graph inputs straight from the checked feed); the consumer reduces and drops them.
+    While it holds a batch, :attr:`samples` says which samples of the data that batch holds.
 
     Args:
         model: The loaded model (not modified; a copy exposes the tensors as outputs).
@@ -117,6 +149,7 @@ class ActivationStream:
         self.session_options = session_options
         self.n_batches = 0
         self.n_samples = 0
+        self.samples = BatchSamples(0, 0)
 
     def batches(self, data: DataSource, max_batches: int | None = None,
                 progress: bool = False) -> Iterator[dict[str, np.ndarray]]:
@@ -142,11 +175,14 @@ class ActivationStream:
         feeds = as_model_data(data, self.model)
         batches = track(islice(feeds, max_batches), total=_num_batches(feeds, max_batches),
                         desc=self.purpose, enabled=progress)
+        one_per_feed = bool(specs) and all(spec.fixed_batch == 1 for spec in specs.values())
         for index, feed in enumerate(batches):
-            checked = check_feed(feed, specs, where=f"calibration batch {index}")
+            checked = check_feed(feed, specs, where=f"calibration batch {index}", first_sample=self.n_samples)
             fetched = dict(zip(fetch, run_batch(session, fetch, checked, index), strict=True))
+            self.samples = BatchSamples(self.n_samples, samples_in(checked),
+                                        one_per_feed or isinstance(checked, SampleFeed))
             self.n_batches += 1
-            self.n_samples += samples_in(checked)
+            self.n_samples += self.samples.count
             yield {n: checked[n] if n in specs else fetched[n] for n in self.names}
         if self.n_batches == 0:
             raise DataError("The calibration data yielded no batches; give at least one feed.")
@@ -191,6 +227,7 @@ def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str],
         return _collect_sharded(proto, names, data, config, progress)
     stream = ActivationStream(proto, names, "calibration", _deterministic(session_options))
     collector = Collector(names, config.histogram, config.num_bins)
+    batched = sample_axis_tensors(proto, names)
     # One worker scans batch b while ONNX Runtime computes batch b+1 (the numba kernel releases
     # the GIL); waiting for it before queueing the next bounds memory to two batches of outputs.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantdbg-stats") as worker:
@@ -198,7 +235,7 @@ def collect_stats(model: ModelSource, data: DataSource, tensors: Iterable[str],
         for arrays in stream.batches(data, config.max_batches, progress):
             if pending is not None:
                 pending.result()
-            pending = worker.submit(_update_all, collector, arrays)
+            pending = worker.submit(_update_all, collector, arrays, stream.samples, batched)
         if pending is not None:
             pending.result()
     return Collected(collector.result(), stream.n_batches, stream.n_samples)
@@ -234,7 +271,9 @@ def _collect_sharded(proto: onnx.ModelProto, names: list[str], data: DataSource,
     job = _ShardJob(proto, tuple(names), CollectConfig(config.histogram, config.num_bins), feeds)
     parts: list[Collected] = executor.map(_collect_shard, [(i, count) for i in range(count)], shared=job,
                                           desc="calibration shards", progress=progress)
-    merged = {name: merge_stats(name, (part[name] for part in parts)) for name in names}
+    firsts = [sum(p.n_samples for p in parts[:i]) for i in range(len(parts))]  # each counted from 0
+    merged = {name: merge_stats(name, (shift_samples(part[name], first) for part, first in zip(
+        parts, firsts, strict=True))) for name in names}
     return Collected(merged, sum(p.n_batches for p in parts), sum(p.n_samples for p in parts))
 
 
@@ -247,9 +286,34 @@ def _collect_shard(job: _ShardJob, shard: tuple[int, int]) -> Collected:
                         f"the data): {err}") from err
 
 
-def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray]) -> None:
+def _update_all(collector: Collector, arrays: Mapping[str, np.ndarray], samples: BatchSamples,
+                batched: frozenset[str]) -> None:
     for name, array in arrays.items():
-        collector.update(name, array)
+        collector.update(name, *samples.split(array, name in batched))
+
+
+def sample_axis_tensors(model: onnx.ModelProto, names: Iterable[str]) -> frozenset[str]:
+    """The tensors among ``names`` whose axis 0 holds the samples: graph inputs, and the tensors
+    whose first dimension shape inference names as the inputs' (e.g. ``N``), or sizes as their
+    fixed batch. Decided from the model alone, so the same whatever the batch size.
+
+    Args:
+        model: A loaded model (shapes inferred).
+        names: Value names.
+    """
+    specs = input_specs(model)
+    batch_dims = {spec.shape[0] for spec in specs.values() if spec.shape} - {None}
+    first_dims = {info.name: info.type.tensor_type.shape.dim[0] for info in
+                  (*model.graph.input, *model.graph.value_info, *model.graph.output)
+                  if info.type.HasField("tensor_type") and info.type.tensor_type.shape.dim}
+    found = set()
+    for name in names:
+        dim = first_dims.get(name)
+        size = None if dim is None else dim.dim_param if dim.HasField("dim_param") else (
+            dim.dim_value if dim.HasField("dim_value") else None)
+        if name in specs or (size is not None and size in batch_dims):
+            found.add(name)
+    return frozenset(found)
 
 
 def check_activations(model: onnx.ModelProto, names: Iterable[str], weight_hint: str) -> None:

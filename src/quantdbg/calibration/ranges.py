@@ -11,8 +11,11 @@ from types import MappingProxyType
 from typing import Any
 
 from quantdbg import _display, _json
+from quantdbg.calibration.bias_correction import BiasCorrections, correct_biases
 from quantdbg.calibration.calibrators.base import Calibrator, TensorRange, get_calibrator
 from quantdbg.calibration.collect import CollectConfig, collect_stats, warn_nonfinite
+from quantdbg.calibration.equalization import Equalization, equalize
+from quantdbg.calibration.sample_peaks import check_beyond_fp16, warn_one_sample_ranges
 from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
@@ -35,6 +38,9 @@ class CalibrationResult(_display.Displayable, _json.Serializable):
             placement (the plan's :attr:`~quantdbg.placement.QdqPlan.folded_weights`).
         footprint: The model's weight bytes and the process's peak RSS when the result was made
             (None in files written before it was recorded).
+        bias_correction: The bias corrections measured (``config.bias_correction``; None: not asked).
+        equalization: The pairs cross-layer equalization rescaled before calibrating
+            (``config.equalize``; None: not asked).
     """
 
     ranges: Mapping[str, TensorRange]
@@ -44,6 +50,8 @@ class CalibrationResult(_display.Displayable, _json.Serializable):
     n_samples: int = 0
     folded_weights: tuple[FoldedWeight, ...] = ()
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
+    bias_correction: BiasCorrections | None = field(default=None, metadata=_json.optional())
+    equalization: Equalization | None = field(default=None, metadata=_json.optional())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", MappingProxyType(dict(self.ranges)))
@@ -66,8 +74,9 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     Args:
         model: FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
         data: Calibration data (``.npz`` path, arrays, or feeds; see :func:`quantdbg.data.as_data`).
-        config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit, and
-            the executor collecting the statistics in shards (same ranges, bit for bit).
+        config: Calibrator choice (default, per op type, per tensor glob), bins, batch limit, the
+            executor collecting the statistics in shards (same ranges, bit for bit), cross-layer
+            equalization first, and bias correction (one more pass over the data).
         placement: Where Q/DQ pairs go: a QuantConfig to plan from, or a ready plan (from
             :func:`quantdbg.placement.plan_qdq` on this model, e.g. the one ``insert_qdq`` will use).
         progress: Show a progress bar (tqdm when installed, else log lines).
@@ -78,13 +87,22 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
         ``shared_scale_groups``) get one range computed from their merged statistics.
 
     Raises:
-        ModelError: The model is invalid or already quantized, or a ``per_tensor`` glob matches no
-            tensor (the message names the closest).
-        DataError: The data does not match the model's inputs (the message names the batch).
+        ModelError: The model is invalid or already quantized, a ``per_tensor`` glob matches no
+            tensor (the message names the closest), or a corrupt initializer drives a tensor beyond
+            float16's range.
+        DataError: The data does not match the model's inputs (the message names the batch), holds
+            NaN/Inf, or drives a few values of a tensor beyond float16's range, so far that they
+            would round its other values to 0 (the message names the sample).
         ConfigError: A calibrator name is unknown, or the plan quantizes no activation.
         BackendError: ONNX Runtime failed.
+
+    Warns:
+        QuantDbgWarning: A tensor beyond float16's range, or a range one sample alone sets so wide
+            that the other samples quantize to 0.
     """
     loaded = as_loaded(model)
+    equalized = equalize(loaded) if config.equalize else None  # before any statistics: it changes them
+    loaded = loaded if equalized is None else equalized.model
     plan = placement if isinstance(placement, QdqPlan) else plan_qdq(loaded, placement)
     tensors = plan.activation_tensors
     if not tensors:
@@ -103,10 +121,15 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     collected = collect_stats(loaded, data, tensors, collect, progress=progress,
                               session_options=session_options)
     warn_nonfinite(collected)
+    check_beyond_fp16(collected, loaded.proto)
     ranges = _ranges(collected, chosen, groups)
+    warn_one_sample_ranges(collected, ranges)
+    bias = correct_biases(loaded, data, plan, max_batches=config.max_batches, progress=progress) \
+        if config.bias_correction else None
     return CalibrationResult({name: ranges[name] for name in tensors}, dict(collected), config,
                              collected.n_batches, collected.n_samples, plan.folded_weights,
-                             footprint(loaded.proto))
+                             footprint(loaded.proto), bias,
+                             None if equalized is None else equalized.equalization)
 
 
 def _ranges(stats: Mapping[str, TensorStats], chosen: Mapping[str, Calibrator],
@@ -162,8 +185,11 @@ def recalibrate(calibration: CalibrationResult, config: CalibConfig, plan: QdqPl
 
     Raises:
         ConfigError: A calibrator name is unknown.
-        NotCalibratedError: A tensor has no statistics, or no histogram while its calibrator needs one.
+        NotCalibratedError: A tensor has no statistics, or no histogram while its calibrator needs one;
+            ``config`` equalizes where the calibration did not (or the reverse), or asks for bias
+            corrections it does not hold.
     """
+    _check_same_model(calibration, config)
     chosen, groups = _choices(config, plan)
     for name, calibrator in chosen.items():
         stats = calibration.stats.get(name)
@@ -174,7 +200,20 @@ def recalibrate(calibration: CalibrationResult, config: CalibConfig, plan: QdqPl
                                      "calibrate().")
     ranges = _ranges(calibration.stats, chosen, groups)
     chosen_ranges = {name: ranges[name] for name in plan.activation_tensors}
-    return replace(calibration, ranges=chosen_ranges, config=config)
+    corrections = calibration.bias_correction if config.bias_correction else None
+    return replace(calibration, ranges=chosen_ranges, config=config, bias_correction=corrections)
+
+
+def _check_same_model(calibration: CalibrationResult, config: CalibConfig) -> None:
+    """Statistics of an equalized model do not serve the original (and the reverse); corrections that
+    were not measured cannot be chosen."""
+    if config.equalize != calibration.config.equalize:
+        measured = "the equalized model" if calibration.config.equalize else "the model as given"
+        raise NotCalibratedError(f"The calibration's statistics are of {measured}, but the config says "
+                                 f"equalize={config.equalize}; calibrate again with calibrate().")
+    if config.bias_correction and calibration.bias_correction is None:
+        raise NotCalibratedError("The calibration holds no bias corrections, which the config asks for; "
+                                 "calibrate again with calibrate().")
 
 
 def _choices(config: CalibConfig, plan: QdqPlan) -> tuple[dict[str, Calibrator], list[tuple[str, ...]]]:

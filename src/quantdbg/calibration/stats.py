@@ -1,15 +1,17 @@
 """Activation statistics: min, max, counts and a |x| histogram per tensor, merged exactly.
 
-Nothing per sample is kept: each batch's activations are reduced to min, max, counts and a |x|
-histogram, then dropped. The histogram's range is a power of two anchored at zero and grows by
-exact bin merging (see :mod:`quantdbg.calibration._kernels`), so the statistics of a set of samples are
-bit-identical whatever the batch size or order.
+Each batch's activations are reduced to min, max, counts and a |x| histogram, then dropped; of
+the samples, only the two with the largest max |x| are remembered (:class:`SamplePeak`), to name
+a sample that blows a range up. The histogram's range is a power of two anchored at zero and grows
+by exact bin merging (see :mod:`quantdbg.calibration._kernels`), and the two peaks are ordered by
+value then sample index, so the statistics of a set of samples are bit-identical whatever the batch
+size or order.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import numpy as np
 from quantdbg import _json
 from quantdbg.calibration import _kernels as _kernels
 from quantdbg.errors import DataError, NotCalibratedError
+from quantdbg.quant_math import FP16_MAX, fp16_split
 
 HIST_OVERSAMPLE = 16
 """Collected bins per calibrator bin. max|x| lies anywhere in ``(R/2, R)``, so a histogram of
@@ -42,6 +45,37 @@ class BinnedHistogram:
         return np.arange(self.counts.shape[0] + 1, dtype=np.float64) * self.width
 
 
+@dataclass(frozen=True)
+class SamplePeak(_json.Serializable):
+    """The largest finite |x| one sample gave a tensor.
+
+    Attributes:
+        sample: The sample's index in the data (counted from 0 over every batch).
+        absmax: Its max |x|.
+    """
+
+    sample: int
+    absmax: float
+
+
+PEAKS_KEPT = 2
+"""Samples remembered per tensor: the largest and the runner-up, enough to tell whether one sample
+alone sets a range."""
+
+
+def top_peaks(peaks: Iterable[SamplePeak]) -> tuple[SamplePeak, ...]:
+    """The :data:`PEAKS_KEPT` largest peaks of distinct samples (each sample's largest), largest first,
+    ties to the earlier sample: a pure function of the set, so merging in any order gives the same.
+
+    Peaks of one sample from several tensors (statistics merged for a shared scale) count once.
+    """
+    best: dict[int, float] = {}
+    for peak in peaks:
+        best[peak.sample] = max(best.get(peak.sample, -math.inf), peak.absmax)
+    ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:PEAKS_KEPT]
+    return tuple(SamplePeak(sample, absmax) for sample, absmax in ranked)
+
+
 @dataclass(frozen=True, eq=False)
 class TensorStats(_json.Serializable):
     """What calibration saw of one tensor, independent of how the samples were batched.
@@ -56,6 +90,13 @@ class TensorStats(_json.Serializable):
             only min/max were collected.
         hist_range: Upper edge of the histogram: a power of two (so that growing the range
             merges bins exactly and the histogram does not depend on batching).
+        peaks: The samples with the largest max |x|, largest first (:func:`top_peaks`); empty when
+            the tensor's values could not be told apart by sample (its axis 0 is not the samples')
+            or none was finite.
+        fp16_absmax: max |x| over the values float16 can hold (``|x| <= 65504``; None: none was
+            seen), and
+        beyond_fp16: how many finite values lie beyond that range: together, whether values beyond
+            it would ruin the range (:func:`~quantdbg.quant_math.outliers_zero_the_rest`).
     """
 
     name: str
@@ -65,6 +106,9 @@ class TensorStats(_json.Serializable):
     nonfinite: int = 0
     hist: np.ndarray | None = None
     hist_range: float | None = None
+    peaks: tuple[SamplePeak, ...] = ()
+    fp16_absmax: float | None = None
+    beyond_fp16: int = 0
 
     @property
     def absmax(self) -> float:
@@ -76,8 +120,11 @@ class TensorStats(_json.Serializable):
             return NotImplemented
         same_hist = (self.hist is None and other.hist is None) or (
             self.hist is not None and other.hist is not None and np.array_equal(self.hist, other.hist))
-        return same_hist and (self.name, self.min, self.max, self.count, self.nonfinite, self.hist_range) == (
-            other.name, other.min, other.max, other.count, other.nonfinite, other.hist_range)
+        return same_hist and self._fields() == other._fields()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.name, self.min, self.max, self.count, self.nonfinite, self.hist_range, self.peaks,
+                self.fp16_absmax, self.beyond_fp16)
 
     __hash__ = None  # type: ignore[assignment]  # holds an array: unhashable, like a dict
 
@@ -119,7 +166,8 @@ class TensorStats(_json.Serializable):
             hist = self.hist[:int(nonzero[-1]) + 1 if nonzero.size else 0]
             hist_bins = int(self.hist.shape[0])
         return _json.encode(_StatsForm(self.name, self.min, self.max, self.count, self.nonfinite, hist,
-                                       hist_bins, self.hist_range))
+                                       hist_bins, self.hist_range, self.peaks or None, self.fp16_absmax,
+                                       self.beyond_fp16 or None))
 
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> TensorStats:
@@ -133,13 +181,17 @@ class TensorStats(_json.Serializable):
             hist = np.zeros(form.hist_bins, dtype=np.int64)
             hist[:form.hist.shape[0]] = form.hist
         values = {"name": form.name, "min": form.min, "max": form.max, "count": form.count,
-                  "nonfinite": form.nonfinite, "hist": hist, "hist_range": form.hist_range}
+                  "nonfinite": form.nonfinite, "hist": hist, "hist_range": form.hist_range,
+                  "peaks": form.peaks or (), "fp16_absmax": form.fp16_absmax,
+                  "beyond_fp16": form.beyond_fp16 or 0}
         return _json.construct(cls, values, where)
 
 
 @dataclass(frozen=True)
 class _StatsForm:
-    """How :class:`TensorStats` is written: the histogram trimmed of trailing zeros, plus its length."""
+    """How :class:`TensorStats` is written: the histogram trimmed of trailing zeros, plus its length;
+    empty peaks, an unknown float16 maximum and no value beyond it are left out (files written before
+    them read back the same)."""
 
     name: str
     min: float
@@ -149,6 +201,9 @@ class _StatsForm:
     hist: np.ndarray | None = field(default=None, metadata=_json.json_array(np.int64))
     hist_bins: int | None = None
     hist_range: float | None = None
+    peaks: tuple[SamplePeak, ...] | None = field(default=None, metadata=_json.optional())
+    fp16_absmax: float | None = field(default=None, metadata=_json.optional())
+    beyond_fp16: int | None = field(default=None, metadata=_json.optional())
 
 
 class TensorCollector:
@@ -168,9 +223,17 @@ class TensorCollector:
         self._exponent = _kernels.EXPONENT_UNSET
         self._lo, self._hi = math.inf, -math.inf
         self._count = self._nonfinite = 0
+        self._peaks: tuple[SamplePeak, ...] | None = ()  # None: the samples cannot be told apart
+        self._fp16_absmax, self._beyond_fp16 = -1.0, 0  # -1: no value float16 can hold seen yet
 
-    def update(self, array: np.ndarray) -> None:
+    def update(self, array: np.ndarray, first_sample: int | None = None) -> None:
         """Adds one batch of values.
+
+        Args:
+            array: The values.
+            first_sample: The index of the batch's first sample in the data when axis 0 of
+                ``array`` holds samples; None when it does not, after which the tensor keeps no
+                peaks (:attr:`TensorStats.peaks`).
 
         Raises:
             DataError: The tensor does not hold floating-point values.
@@ -186,13 +249,55 @@ class TensorCollector:
         self._lo, self._hi = min(self._lo, found.lo), max(self._hi, found.hi)
         self._count += found.finite
         self._nonfinite += found.nonfinite
+        if found.finite:
+            self._count_fp16(array, max(-found.lo, found.hi))
+        if first_sample is None or array.ndim == 0:
+            self._peaks = None
+        elif self._peaks is not None and found.finite:
+            self._peaks = _with_batch_peaks(self._peaks, array, first_sample, found)
+
+    def _count_fp16(self, array: np.ndarray, top: float) -> None:
+        if top <= FP16_MAX:  # every value within float16's range: no second pass
+            self._fp16_absmax = max(self._fp16_absmax, top)
+            return
+        ordinary, beyond = fp16_split(array)
+        self._fp16_absmax = max(self._fp16_absmax, float(ordinary))
+        self._beyond_fp16 += int(beyond)
 
     def result(self) -> TensorStats:
         """Returns the statistics so far (a snapshot; later updates do not change it)."""
         lo, hi = (self._lo + 0.0, self._hi + 0.0) if self._count else (0.0, 0.0)  # +0.0: no -0.0
         hist = None if self._hist is None else self._hist.copy()
         hist_range = None if hist is None else math.ldexp(1.0, self._exponent)
-        return TensorStats(self.name, lo, hi, self._count, self._nonfinite, hist, hist_range)
+        return TensorStats(self.name, lo, hi, self._count, self._nonfinite, hist, hist_range,
+                           self._peaks or (), self._fp16_absmax + 0.0 if self._fp16_absmax >= 0 else None,
+                           self._beyond_fp16)
+
+
+def _with_batch_peaks(peaks: tuple[SamplePeak, ...], array: np.ndarray, first: int,
+                      found: _kernels.ScanResult) -> tuple[SamplePeak, ...]:
+    """``peaks`` updated with a batch's samples (axis 0 of ``array``, the first one ``first``).
+
+    A batch whose max |x| does not beat the runner-up is skipped without a second pass: its samples
+    come after every sample kept, so a tie goes to the kept one. After the first batches nearly
+    every batch is skipped.
+    """
+    top = max(-found.lo, found.hi)
+    if len(peaks) == PEAKS_KEPT and top <= peaks[-1].absmax:
+        return peaks
+    rows = array.reshape(array.shape[0], -1)
+    if found.nonfinite:
+        per_sample = np.where(np.isfinite(rows), np.abs(rows), -1.0).max(axis=1)  # -1: no finite value
+    else:
+        per_sample = np.maximum(rows.max(axis=1), -rows.min(axis=1))
+    order = np.argsort(-per_sample, kind="stable")[:PEAKS_KEPT]
+    batch = [SamplePeak(first + int(i), float(per_sample[i]) + 0.0) for i in order if per_sample[i] >= 0]
+    return top_peaks([*peaks, *batch])
+
+
+def shift_samples(stats: TensorStats, offset: int) -> TensorStats:
+    """``stats`` with its peaks' sample indices moved by ``offset`` (statistics of a later shard)."""
+    return replace(stats, peaks=tuple(SamplePeak(p.sample + offset, p.absmax) for p in stats.peaks))
 
 
 class Collector:
@@ -211,9 +316,9 @@ class Collector:
             name: TensorCollector(name, bool(histogram) if wanted is None else name in wanted, num_bins)
             for name in tensors}
 
-    def update(self, name: str, array: np.ndarray) -> None:
-        """Adds one batch of values of tensor ``name``."""
-        self.collectors[name].update(array)
+    def update(self, name: str, array: np.ndarray, first_sample: int | None = None) -> None:
+        """Adds one batch of values of tensor ``name`` (see :meth:`TensorCollector.update`)."""
+        self.collectors[name].update(array, first_sample)
 
     def result(self) -> dict[str, TensorStats]:
         """Returns tensor name -> statistics."""
@@ -230,7 +335,9 @@ def merge_stats(name: str, stats: Iterable[TensorStats]) -> TensorStats:
         stats: Statistics to merge; either all have histograms of one length, or none has.
 
     Returns:
-        The same statistics a collector fed every value would have produced.
+        The same statistics a collector fed every value would have produced. Peaks are kept when
+        every member with values has them; members are disjoint samples (shards, moved by
+        :func:`shift_samples`) or the same samples (a shared scale), which :func:`top_peaks` merges.
 
     Raises:
         NotCalibratedError: Some have histograms and others not, or the lengths differ.
@@ -244,12 +351,17 @@ def merge_stats(name: str, stats: Iterable[TensorStats]) -> TensorStats:
     lo = min((s.min for s in seen), default=0.0)
     hi = max((s.max for s in seen), default=0.0)
     count, nonfinite = sum(s.count for s in items), sum(s.nonfinite for s in items)
+    peaks = () if any(not s.peaks for s in seen) else top_peaks(p for s in seen for p in s.peaks)
+    ordinary = max((s.fp16_absmax for s in seen if s.fp16_absmax is not None), default=None)
+    beyond = sum(s.beyond_fp16 for s in items)
     if not hists:
-        return TensorStats(name, lo, hi, count, nonfinite)
+        return TensorStats(name, lo, hi, count, nonfinite, peaks=peaks, fp16_absmax=ordinary,
+                           beyond_fp16=beyond)
     exponent = max(_kernels.range_exponent(s.hist_range) - 1 for s in hists)  # type: ignore[arg-type]
     total = np.zeros(hists[0].hist.shape[0], dtype=np.int64)  # type: ignore[union-attr]
     for s in hists:
         grown = s.hist.copy()  # type: ignore[union-attr]
         _kernels.merge_bins(grown, exponent - (_kernels.range_exponent(s.hist_range) - 1))  # type: ignore[arg-type]
         total += grown
-    return TensorStats(name, lo, hi, count, nonfinite, total, math.ldexp(1.0, exponent))
+    return TensorStats(name, lo, hi, count, nonfinite, total, math.ldexp(1.0, exponent), peaks, ordinary,
+                       beyond)

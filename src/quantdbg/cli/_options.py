@@ -15,8 +15,9 @@ from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, QuantConfig
 from quantdbg.data import as_model_data, read_npz
 from quantdbg.diagnostics import FAIL_ON, FAIL_ON_SHOWN
 from quantdbg.errors import ConfigError, DataError, ModelError
-from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, Top1Agreement
+from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, TaskMetric, Top1Agreement
 from quantdbg.execution import Executor, RayExecutor
+from quantdbg.fallback import FallbackTarget
 from quantdbg.model import as_loaded, quantized_nodes
 from quantdbg.qdq import quantize, records_from_model
 
@@ -28,13 +29,12 @@ READY_METRICS: tuple[str, ...] = (*METRIC_NAMES, TOP1)
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Adds MODEL and the data, quantization and metric options ``analyze`` and ``fallback`` share."""
-    parser.add_argument("model", metavar="MODEL", help="FP32 model, or a Q/DQ model with --fp32.")
+    add_model_argument(parser, help="FP32 model, or a Q/DQ model with --fp32.")
     add_data_option(parser, required=False, help="Calibration data (input name -> samples) when MODEL is "
                     "FP32.")
     parser.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
     parser.add_argument("--fp32", metavar="FP32.onnx", help="FP32 original of a Q/DQ MODEL.")
-    parser.add_argument("--method", default="entropy",
-                        help="Calibrator when MODEL is FP32 (default entropy).")
+    add_method_option(parser, metavar=None, help="Calibrator when MODEL is FP32 (default entropy).")
     add_quant_options(parser)
     parser.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
     parser.add_argument("--metric", choices=READY_METRICS, default="sqnr",
@@ -119,12 +119,21 @@ def load_models(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def task_metric(args: argparse.Namespace) -> Any:
-    """The metric the options select: --evaluate's command, --labels' accuracy, or --metric.
+    """The metric the options select: --evaluate's command, --labels' accuracy, or --metric; the
+    output SQNR for a --min-sqnr target.
 
     Raises:
         ConfigError: Contradicting options.
         DataError: The --labels array is missing.
     """
+    if getattr(args, "min_sqnr", None) is not None:
+        if args.evaluate or args.labels:
+            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
+                              "--min-metric or --max-rel-loss.")
+        if args.metric not in (None, "sqnr"):
+            raise ConfigError(f"--min-sqnr judges the output SQNR, not --metric {args.metric}; drop "
+                              "--metric, or give --min-metric or --max-rel-loss.")
+        return OutputMetric("sqnr")
     if args.lower_is_better and not args.evaluate:
         raise ConfigError("--lower-is-better describes the --evaluate command's metric; add --evaluate CMD.")
     if args.evaluate and args.labels:
@@ -135,8 +144,30 @@ def task_metric(args: argparse.Namespace) -> Any:
     if args.evaluate:
         return CommandMetric(args.evaluate, higher_is_better=not args.lower_is_better, deps=deps)
     if args.labels:
-        return Accuracy(_labels(args.eval, args.labels))
+        return Accuracy(_labels(args.eval, args.labels), origin=f"--labels {args.labels!r} of {args.eval!r}")
     return Top1Agreement() if args.metric == TOP1 else OutputMetric(args.metric)
+
+
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    """Adds the target a fallback search must meet: --min-metric, --max-rel-loss or --min-sqnr."""
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--min-metric", type=float, metavar="X",
+                        help="Task metric >= X (<= X when lower is better).")
+    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
+                        help="Task metric within PCT %% of FP32.")
+    target.add_argument("--min-sqnr", type=float, metavar="DB",
+                        help="Output SQNR against FP32 >= DB dB (no task metric needed).")
+
+
+def fallback_target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
+    """The target --min-metric, --max-rel-loss or --min-sqnr set, in the direction of ``metric``
+    (the one :func:`task_metric` builds: the output SQNR for --min-sqnr)."""
+    if args.min_sqnr is not None:
+        return FallbackTarget.min_sqnr(args.min_sqnr)
+    lower = not metric.higher_is_better
+    if args.max_rel_loss is not None:
+        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=lower)
+    return FallbackTarget.min_metric(args.min_metric, lower_is_better=lower)
 
 
 def _labels(path: str, key: str) -> Any:
@@ -217,25 +248,65 @@ def log_level(args: argparse.Namespace) -> int:
     return min(max(logging.WARNING + 10 * (quiet - verbose), logging.DEBUG), logging.ERROR)
 
 
+# ModelOpt's command line spells its flags with underscores (--calibration_data_path, ...); they are
+# accepted as aliases of quantdbg's flags, listed after them, and left out of --help and error messages
+# (every flag quantdbg itself defines is spelled with hyphens).
+
+
+def hidden_spelling(flag: str) -> bool:
+    """True for an alias accepted but not shown: ModelOpt's underscore spelling of a flag."""
+    return flag.startswith("--") and "_" in flag
+
+
+def add_model_argument(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """Adds MODEL, which ModelOpt's users give as ``--onnx_path MODEL`` (one of the two is required:
+    :func:`resolve_model`)."""
+    parser.add_argument("model", metavar="MODEL", nargs="?", help=help)
+    parser.add_argument("--onnx_path", metavar="MODEL", help=argparse.SUPPRESS)
+
+
+def resolve_model(args: argparse.Namespace) -> str | None:
+    """Puts ``--onnx_path`` into ``args.model``; returns the usage error when MODEL is given twice or
+    not at all (None: fine, or a subcommand without MODEL)."""
+    if not hasattr(args, "onnx_path"):
+        return None
+    if args.model is not None and args.onnx_path is not None:
+        return (f"MODEL {args.model!r} and --onnx_path {args.onnx_path!r} both name the model; give only "
+                "one of them")
+    if args.model is None and args.onnx_path is None:
+        return "the following arguments are required: MODEL"
+    args.model = args.model if args.model is not None else args.onnx_path
+    return None
+
+
+def add_method_option(parser: argparse.ArgumentParser, *, metavar: str | None, help: str) -> None:
+    """Adds ``--method`` (default entropy), with ModelOpt's ``--calibration_method`` as an alias."""
+    parser.add_argument("--method", "--calibration_method", default="entropy", metavar=metavar, help=help)
+
+
 def add_data_option(parser: argparse.ArgumentParser, *, required: bool, help: str) -> None:
-    """Adds ``--data CALIB.npz``."""
-    parser.add_argument("--data", required=required, metavar="CALIB.npz", help=help)
+    """Adds ``--data CALIB.npz``, with ModelOpt's ``--calibration_data_path`` as an alias."""
+    parser.add_argument("--data", "--calibration_data_path", required=required, metavar="CALIB.npz",
+                        help=help)
 
 
 def add_out_option(parser: argparse.ArgumentParser, *, metavar: str, help: str,
                    required: bool = True) -> None:
-    """Adds ``--out`` with ``-o`` / ``--output`` (Polygraphy's and ModelOpt's spelling) as aliases."""
-    parser.add_argument("-o", "--out", "--output", required=required, metavar=metavar, help=help)
+    """Adds ``--out`` with ``-o`` / ``--output`` (Polygraphy's spelling) and ModelOpt's
+    ``--output_path`` as aliases."""
+    parser.add_argument("-o", "--out", "--output", "--output_path", required=required, metavar=metavar,
+                        help=help)
 
 
 def add_quant_options(parser: argparse.ArgumentParser) -> None:
     """Adds which layers are quantized: --exclude, --op-types and --op-types-to-exclude, with
-    ModelOpt's ``--nodes-to-exclude`` as an alias of --exclude."""
-    parser.add_argument("--exclude", "--nodes-to-exclude", nargs="+", default=[], metavar="GLOB",
+    ModelOpt's ``--nodes-to-exclude`` / ``--nodes_to_exclude`` as aliases of --exclude."""
+    parser.add_argument("--exclude", "--nodes-to-exclude", "--nodes_to_exclude", nargs="+", default=[],
+                        metavar="GLOB",
                         help="Node names or globs (fnmatch, not regular expressions) to keep out of INT8.")
     parser.add_argument("--op-types", nargs="+", metavar="OP",
                         help=f"Op types to quantize (default: {', '.join(DEFAULT_OP_TYPES)}).")
-    parser.add_argument("--op-types-to-exclude", nargs="+", default=[], metavar="OP",
+    parser.add_argument("--op-types-to-exclude", "--op_types_to_exclude", nargs="+", default=[], metavar="OP",
                         help="Op types to leave out of --op-types (ModelOpt's spelling).")
 
 

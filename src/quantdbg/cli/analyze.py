@@ -15,7 +15,7 @@ from typing import Any
 
 from quantdbg.cli import add_command
 from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.errors import ConfigError
 from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
@@ -45,11 +45,15 @@ def run_analyze(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_paths(inputs_of(args), {"--out": args.out})
+    partial = Path(f"{args.out}.partial")  # the journal an interrupted sweep resumes from
+    with claim_outputs(args, {"--out": args.out, "--out journal": partial}):
+        return _analyze(args, partial)
+
+
+def _analyze(args: argparse.Namespace, partial: Path) -> int:
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}.")
     metric, fp_model, qmodel, data = load_inputs(args, check=_check_metric_mode)
-    partial = Path(f"{args.out}.partial")  # the journal an interrupted sweep resumes from
     restart(args, partial)
     config = SensitivityConfig(mode=args.mode, jobs=args.jobs, evidence=not args.no_evidence,
                                progress=show_progress(args), results_path=partial, executor=executor(args))

@@ -12,32 +12,37 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from quantdbg._io import commit_together
+from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli import add_command
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     READY_METRICS,
     add_data_option,
     add_execution_options,
+    add_method_option,
+    add_model_argument,
     add_out_option,
     add_quant_options,
+    add_target_options,
     eval_data,
     executor,
+    fallback_target,
     on_executor,
     quant_config,
     show_progress,
     task_metric,
 )
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
-from quantdbg.fallback import FallbackConfig, FallbackTarget
+from quantdbg.fallback import FallbackConfig
 from quantdbg.model import as_loaded, input_specs
 from quantdbg.pipeline import REPAIRS, AutoConfig, AutoResult, auto
 from quantdbg.report import write_report
@@ -52,21 +57,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "fewest out of INT8 so it meets a target, verify and report. Exit "
                                    "status 0: met; 1: not met (the best model found is written); 2: bad "
                                    "input.")
-    auto.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    add_model_argument(auto, help="FP32 .onnx model (never modified).")
     add_data_option(auto, required=True, help="Calibration data.")
     auto.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
-    metric = auto.add_mutually_exclusive_group(required=True)
+    metric = auto.add_mutually_exclusive_group()
     metric.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a "
                         "model path and the last printed line is the metric (it runs on the real models).")
     metric.add_argument("--metric", choices=READY_METRICS, help="Ready-made metric against FP32.")
     metric.add_argument("--labels", metavar="KEY", help="Accuracy against this integer array of EVAL.npz.")
     auto.add_argument("--lower-is-better", action="store_true",
                       help="The --evaluate metric is lower-is-better.")
-    target = auto.add_mutually_exclusive_group(required=True)
-    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
-                        help="Task metric within PCT %% of FP32.")
-    target.add_argument("--min-metric", type=float, metavar="X", help="Task metric >= X (<= X when lower is "
-                        "better).")
+    add_target_options(auto)
     add_out_option(auto, metavar="MIXED.onnx", help="The final model.")
     auto.add_argument("--plan", required=True, metavar="PLAN.json", help="The result and its recipe (JSON).")
     auto.add_argument("--html", metavar="REPORT.html", help="Also write the HTML report.")
@@ -75,7 +76,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_settings(auto: argparse.ArgumentParser) -> None:
     methods = available_calibrators()
-    auto.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
+    add_method_option(auto, metavar="{" + ",".join(methods) + "}",
                       help="Default calibrator the repairs start from (default entropy).")
     auto.add_argument("--repairs", nargs="*", choices=REPAIRS, default=list(REPAIRS), metavar="REPAIR",
                       help=f"INT8 repairs to try, in order ({', '.join(REPAIRS)}; default all; none: give "
@@ -90,18 +91,25 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
     auto.add_argument("--resume", metavar="FILE", help="Journal to resume from and write (default "
                       "PLAN.json.partial, deleted once the run is done).")
     add_resume_options(auto, "--resume")
+    add_profile_option(auto)
     add_quant_options(auto)
     add_execution_options(auto)
 
 
-def _target(args: argparse.Namespace, metric: TaskMetric) -> FallbackTarget:
-    lower = not metric.higher_is_better
-    if args.max_rel_loss is not None:
-        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=lower)
-    return FallbackTarget.min_metric(args.min_metric, lower_is_better=lower)
+def _metric(args: argparse.Namespace) -> TaskMetric:
+    """The task metric: --evaluate, --labels or --metric; the output SQNR for --min-sqnr.
+
+    Raises:
+        ConfigError: A metric target without a task metric, or contradicting options.
+    """
+    if args.evaluate is None and args.labels is None and args.metric is None and args.min_sqnr is None:
+        raise ConfigError("--min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
+                          "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the "
+                          "output SQNR).")
+    return task_metric(args)
 
 
-def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
+def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) -> AutoConfig:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     if not 0.0 < args.max_fallback <= 100.0:
@@ -113,7 +121,7 @@ def _config(args: argparse.Namespace, resume: Path) -> AutoConfig:
     calib = on_executor(CalibConfig(method=args.method), args, run)
     return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback,
                       max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
-                      progress=show_progress(args), resume_path=resume)
+                      progress=show_progress(args), resume_path=resume, engine=engine)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,25 +133,29 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "--html": args.html,
-                                  "--resume": args.resume or f"{args.plan}.partial"})
-    metric = task_metric(args)
     resume = Path(args.resume) if args.resume else Path(f"{args.plan}.partial")
-    config = _config(args, resume)
+    outputs = {"--out": args.out, "--plan": args.plan, "--html": args.html, "--resume": resume}
+    with claim_outputs(args, outputs, models={"--out"}):
+        return _auto(args, resume)
+
+
+def _auto(args: argparse.Namespace, resume: Path) -> int:
+    metric = _metric(args)
+    target = fallback_target(args, metric)
     model = as_loaded(args.model)
+    config = _config(args, resume, profile_config(args.profile, input_specs(model.proto), args.batch_size))
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
     restart(args, resume)
-    result = auto(model, calib, eval_data(args, model.proto), _target(args, metric), metric=metric,
-                  config=config)
-    assert result.model is not None  # a run always ends with a model
-    with commit_together({"out": args.out, "plan": args.plan, "html": args.html}) as staged:
-        result.model.save(staged["out"])  # the model, its plan and report appear together or not at all
-        if result.plan is not None and result.outcome == "fallback":  # the model at --out is the plan's
-            result = replace(result, plan=result.plan.with_build(
-                args.out, source=args.model, calibration_data=args.data, staged=staged["out"]))
-        result.write(staged["plan"])
-        if "html" in staged:
-            write_report(result, html=staged["html"])
+    result = auto(model, calib, eval_data(args, model.proto), target, metric=metric, config=config)
+    final = result.model
+    assert final is not None  # a run always ends with a model
+    # The build commands name the model where it is saved, and the files ModelOpt's command reads.
+    result = result.located(args.out, source=args.model, calibration_data=args.data)
+    with commit_together({"--out": args.out, "--plan": args.plan, "--html": args.html}) as staged:
+        final.save(staged["--out"])  # the model, its plan and report appear together or not at all
+        result.write(staged["--plan"])
+        if "--html" in staged:
+            write_report(result, html=staged["--html"])
     if args.resume is None and resume.exists():
         os.unlink(resume)
     _print(result)
@@ -157,6 +169,5 @@ def _print(result: AutoResult) -> None:
     out.write(f"evaluations: {phases} ({result.n_evaluations} in all)\n")
     for node in result.exclude:
         out.write(f"  {node}\n")
-    if result.plan is not None and result.plan.build is not None:
-        for what, command in result.plan.commands.lines():
-            out.write(f"{what}:\n  {command}\n")
+    if result.plan is not None:
+        print_commands(result.plan.commands)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from quantdbg.cli import add_command
 from quantdbg.cli._options import (
     add_data_option,
     add_execution_options,
+    add_method_option,
+    add_model_argument,
     add_out_option,
     add_quant_options,
     executor,
@@ -20,14 +23,10 @@ from quantdbg.cli._options import (
     quant_config,
     show_progress,
 )
-from quantdbg.cli._paths import check_paths
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache
-
-# TensorRT's name for a pure max calibration, written in the cache header; every other calibration
-# keeps the cache writer's default header.
-_MINMAX_HEADER = "MinMaxCalibration"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,11 +36,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         sub, "calibrate", run, help="Calibrate an FP32 ONNX model and write its INT8 Q/DQ model.",
         description="Calibrate an FP32 ONNX model on representative inputs and write the Q/DQ model "
                     "TensorRT builds with explicit quantization.")
-    parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    add_model_argument(parser, help="FP32 .onnx model (never modified).")
     add_data_option(parser, required=True, help=".npz mapping each model input name to its samples (axis 0).")
-    parser.add_argument("--method", default="entropy", metavar="{" + ",".join(methods) + "}",
-                        help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin "
-                             "calibrator; default: entropy).")
+    add_method_option(parser, metavar="{" + ",".join(methods) + "}",
+                      help=f"Default calibrator for activations ({', '.join(methods)}, or a plugin "
+                           "calibrator; default: entropy).")
     add_out_option(parser, metavar="OUT.onnx", help="Where to write the Q/DQ model.")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="Samples per calibration batch (scales do not depend on it; default 32).")
@@ -56,6 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="Calibrator for activations read by an op type, e.g. Conv=entropy.")
     parser.add_argument("--per-tensor", nargs="+", default=[], metavar="GLOB=METHOD",
                         help="Calibrator for tensors matching a name glob, e.g. '*/head/*=percentile'.")
+    parser.add_argument("--bias-correction", action="store_true",
+                        help="Subtract from each quantized layer's bias the mean shift INT8 weight rounding "
+                             "adds to its output channels (one more pass over the data).")
+    parser.add_argument("--equalize", action="store_true",
+                        help="Cross-layer equalization first: rescale the channels of consecutive Conv/Gemm "
+                             "layers so their ranges balance (the FP32 function is unchanged).")
     add_execution_options(parser)
 
 
@@ -68,17 +73,23 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
-    outputs = _check_paths(args)
+    outputs = {"--out": args.out, "--cache": args.cache, "--scales": args.scales}
+    with claim_outputs(args, outputs, models={"--out"}):
+        return _calibrate(args, outputs)
+
+
+def _calibrate(args: argparse.Namespace, outputs: dict[str, str | None]) -> int:
     calib = calib_config(args.method, args.per_op, args.per_tensor, args.percentile)
+    calib = replace(calib, bias_correction=args.bias_correction, equalize=args.equalize)
     calib = on_executor(calib, args, executor(args))
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     qmodel = quantize(args.model, args.data, calib, quant_config(args), batch_size=args.batch_size,
                       progress=show_progress(args))
     with commit_together(outputs) as staged:
-        qmodel.save(staged["out"])  # the model, its cache and scales appear together or not at all
-        _write_scales(qmodel, calib, staged.get("cache"), staged.get("scales"))
-    written = [str(p) for p in outputs.values()]
+        qmodel.save(staged["--out"])  # the model, its cache and scales appear together or not at all
+        _write_scales(qmodel, staged.get("--cache"), staged.get("--scales"))
+    written = [str(p) for p in outputs.values() if p is not None]
     result = qmodel.calibration
     assert result is not None  # quantize() always attaches its calibration
     batches = f"{result.n_batches} batch{'es' if result.n_batches != 1 else ''}"
@@ -86,18 +97,6 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(f"{len(qmodel.records)} Q/DQ pairs on {nodes}, calibrated on "
                      f"{result.n_samples} samples in {batches}; wrote {', '.join(written)}\n")
     return 0
-
-
-def _check_paths(args: argparse.Namespace) -> dict[str, Path]:
-    """Fails before any work when an output cannot be written or would overwrite the model."""
-    check_paths({"MODEL": args.model, "--data": args.data},
-                {"--out": args.out, "--cache": args.cache, "--scales": args.scales})
-    outputs = {"out": Path(args.out)}
-    if args.cache:
-        outputs["cache"] = Path(args.cache)
-    if args.scales:
-        outputs["scales"] = Path(args.scales)
-    return outputs
 
 
 def calib_config(method: str, per_op: Sequence[str], per_tensor: Sequence[str],
@@ -147,17 +146,14 @@ def _pairs(option: str, form: str, entries: Sequence[str]) -> dict[str, str]:
     return pairs
 
 
-def _write_scales(qmodel: Any, calib: Any, cache: Path | None, scales: Path | None) -> list[str]:
-    """Writes the TensorRT calibration cache and the JSON scales file when asked for."""
+def _write_scales(qmodel: Any, cache: Path | None, scales: Path | None) -> list[str]:
+    """Writes the TensorRT calibration cache (its header names the calibration) and the JSON scales
+    file when asked for."""
     if cache is None and scales is None:
         return []
     written = []
     if cache is not None:
-        specs = (calib.method, *calib.per_op.values(), *calib.per_tensor.values())
-        if {calibrator_name(spec) for spec in specs} == {"minmax"}:
-            write_trt_cache(qmodel, cache, algorithm=_MINMAX_HEADER)
-        else:
-            write_trt_cache(qmodel, cache)
+        write_trt_cache(qmodel, cache)
         written.append(str(cache))
     if scales is not None:
         write_scales_json(qmodel, scales)

@@ -8,11 +8,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import onnx
+
 from quantdbg.cli import add_command
+from quantdbg.cli._build import add_profile_option, profile_config
 from quantdbg.cli._options import show_progress
-from quantdbg.cli._paths import check_folder
-from quantdbg.demo import DEMO_MIN_SQNR_DB, export_demo, run_demo
+from quantdbg.cli._paths import check_folder, claim_folder
+from quantdbg.data import DEFAULT_BATCH_SIZE
+from quantdbg.demo import DEMO_MIN_SQNR_DB, EXPORT_FILES, RUN_FILES, export_demo, load_embedded, run_demo
 from quantdbg.errors import ConfigError
+from quantdbg.model import input_specs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +53,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="ONNX Runtime threads (default 0: all cores)."
     )
+    parser.add_argument(
+        "--force", action="store_true", help="Replace the demo's files in DIR (without it, a DIR that holds "
+        "any of them is refused)."
+    )
+    add_profile_option(parser)
 
 
 def _folder(out: str | None) -> Path:
@@ -78,12 +88,18 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--export only writes the demo's files; drop --out, or run the demo without "
                               "--export.")
         check_folder("--export", args.export)
-        written = export_demo(_folder(args.export))
+        folder = _folder(args.export)
+        with claim_folder("--export", folder, EXPORT_FILES, force=args.force):
+            written = export_demo(folder)
         sys.stdout.write(f"wrote {', '.join(str(path) for path in written.values())}\n")
         return 0
     check_folder("--out", args.out)
+    emb = load_embedded()
+    engine = profile_config(args.profile, input_specs(onnx.load(str(emb.model_path))), DEFAULT_BATCH_SIZE)
     folder = _folder(args.out)
-    result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads, progress=show_progress(args))
+    with claim_folder("--out", folder, RUN_FILES, force=args.force):
+        result = run_demo(folder, min_sqnr_db=args.min_sqnr, threads=args.threads,
+                          progress=show_progress(args), engine=engine)
     sys.stdout.write(
         f"quantdbg demo: digits CNN (scikit-learn UCI digits), {result.n_calib_samples} "
         f"calibration / {result.n_eval_samples} evaluation images\n"
@@ -91,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(result.summary_text())
     sys.stdout.write(
         f"report: {result.files['report.html']}\n(also report.md, report.json, the INT8 and "
-        f"mixed models and fallback_plan.json in {folder}; {result.seconds:.1f} s)\n"
+        f"mixed models, fallback_plan.json and the files its build commands read in {folder}; "
+        f"{result.seconds:.1f} s)\n"
     )
     return 0

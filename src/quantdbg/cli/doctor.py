@@ -7,8 +7,14 @@ import argparse
 import sys
 
 from quantdbg.cli import add_command
-from quantdbg.cli._options import add_data_option, add_fail_on_option, show_progress
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._options import (
+    add_data_option,
+    add_fail_on_option,
+    add_method_option,
+    add_model_argument,
+    show_progress,
+)
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.config import CalibConfig
 from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
 from quantdbg.report import render_markdown, write_report
@@ -23,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "calibrators that disagree, a calibration set too small, tensors mixing value ranges, and Q/DQ "
         "placements TensorRT cannot fuse. Findings are printed most serious first, with evidence.",
     )
-    parser.add_argument("model", metavar="MODEL", help="FP32 .onnx model (never modified).")
+    add_model_argument(parser, help="FP32 .onnx model (never modified).")
     add_data_option(parser, required=True,
                     help=".npz mapping each model input name to calibration samples (axis 0).")
     parser.add_argument("--eval", metavar="EVAL.npz",
@@ -32,8 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--html", metavar="OUT.html", help="Also write the HTML report.")
     parser.add_argument("--md", metavar="OUT.md",
                         help="Also write the Markdown report ('-': print it instead of the text).")
-    parser.add_argument("--method", default="entropy", metavar="METHOD",
-                        help="Calibrator the model is examined with (default: entropy).")
+    add_method_option(parser, metavar="METHOD",
+                      help="Calibrator the model is examined with (default: entropy).")
     parser.add_argument("--checks", nargs="+", choices=CHECKS, metavar="CHECK",
                         help=f"Run only these checks ({', '.join(CHECKS)}).")
     parser.add_argument("--confirm-top", type=int, default=3, metavar="K",
@@ -53,7 +59,11 @@ def run_doctor(args: argparse.Namespace) -> int:
         QuantDbgError: Bad input.
     """
     md_file = None if args.md == "-" else args.md
-    check_paths(inputs_of(args), {"--json": args.json, "--html": args.html, "--md": md_file})
+    with claim_outputs(args, {"--json": args.json, "--html": args.html, "--md": md_file}):
+        return _doctor(args, md_file)
+
+
+def _doctor(args: argparse.Namespace, md_file: str | None) -> int:
     config = DoctorConfig(
         CalibConfig(method=args.method),
         checks=tuple(args.checks) if args.checks else CHECKS,

@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from quantdbg._io import commit_together
 from quantdbg._journal import Journal
 from quantdbg.cli import add_command
-from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._build import add_profile_option, print_commands, profile_config
+from quantdbg.cli._options import (
+    add_model_options,
+    add_out_option,
+    add_target_options,
+    executor,
+    fallback_target,
+    load_inputs,
+    quant_config,
+    show_progress,
+    task_metric,
+)
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.config import Precision
-from quantdbg.errors import ConfigError
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback, fallback_ingredients
+from quantdbg.fallback import FallbackConfig, auto_fallback, fallback_ingredients
+from quantdbg.model import input_specs
 from quantdbg.sensitivity import (
     MODES,
     JournaledEvaluator,
@@ -37,12 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            description="Search the smallest set of layers to run in FP16 so MODEL meets "
                                        "a target, and write the mixed-precision model and its plan.")
     add_model_options(fallback)
-    target = fallback.add_mutually_exclusive_group(required=True)
-    target.add_argument("--min-metric", type=float, metavar="X",
-                        help="Task metric >= X (<= X when lower is better).")
-    target.add_argument("--max-rel-loss", type=float, metavar="PCT",
-                        help="Task metric within PCT %% of FP32.")
-    target.add_argument("--min-sqnr", type=float, metavar="DB", help="Output SQNR >= DB dB.")
+    add_target_options(fallback)
     fallback.add_argument("--mode", choices=MODES, default="local", help="Ranking mode (default local).")
     fallback.add_argument("--precision", choices=[p.value for p in Precision], default=Precision.FP16.value,
                           help="Layers kept out of INT8 compute in fp16 (TensorRT) or fp32 (CPU backends).")
@@ -53,17 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_out_option(fallback, metavar="MIXED.onnx", help="The mixed-precision model.")
     fallback.add_argument("--plan", required=True, metavar="PLAN.json", help="The fallback plan (JSON).")
     add_resume_options(fallback, "PLAN.json.partial")
-
-
-def _target(args: argparse.Namespace) -> FallbackTarget:
-    if args.min_sqnr is not None:
-        if args.evaluate or args.labels:
-            raise ConfigError("--min-sqnr judges the output SQNR; --evaluate/--labels go with "
-                              "--min-metric or --max-rel-loss.")
-        return FallbackTarget.min_sqnr(args.min_sqnr)
-    if args.max_rel_loss is not None:
-        return FallbackTarget.max_relative_loss(args.max_rel_loss, lower_is_better=args.lower_is_better)
-    return FallbackTarget.min_metric(args.min_metric, lower_is_better=args.lower_is_better)
+    add_profile_option(fallback)
 
 
 def run_fallback(args: argparse.Namespace) -> int:
@@ -76,11 +73,15 @@ def run_fallback(args: argparse.Namespace) -> int:
         QuantDbgError: Bad input (the CLI prints it as one line and exits 2).
     """
     partial = Path(f"{args.plan}.partial")  # the journal a stopped run resumes from
-    check_paths(inputs_of(args), {"--out": args.out, "--plan": args.plan, "the resume file": partial})
-    target = _target(args)
+    outputs = {"--out": args.out, "--plan": args.plan, "--plan journal": partial}
+    with claim_outputs(args, outputs, models={"--out"}):
+        return _fallback(args, partial)
+
+
+def _fallback(args: argparse.Namespace, partial: Path) -> int:
+    target = fallback_target(args, task_metric(args))
     metric, fp_model, qmodel, data = load_inputs(args)
-    if target.kind != "sqnr" and not metric.higher_is_better and not args.lower_is_better:
-        target = type(target)(target.kind, target.threshold, True, target.reference)
+    engine = profile_config(args.profile, input_specs(fp_model.proto), args.batch_size)
     report = SensitivityReport.read(args.report) if args.report else None
     run = executor(args)
     config = FallbackConfig(SensitivityConfig(mode=args.mode, progress=show_progress(args), executor=run),
@@ -92,16 +93,20 @@ def run_fallback(args: argparse.Namespace) -> int:
     with Journal.open(partial, "fallback", ingredients) as journal, \
             JournaledEvaluator(fp_model, qmodel, data, metric, journal=journal) as evaluator:
         result = auto_fallback(evaluator, target, config, report=report)
+    plan = result.plan
+    if qmodel.calibration is not None:  # quantized here: how, so `quantdbg apply` re-creates the model
+        plan = replace(plan, calib=qmodel.calibration.config, quant=quant_config(args))
     if result.mixed is None:
-        result.plan.write(args.plan)
+        plan.write(args.plan)
         partial.unlink(missing_ok=True)
-        sys.stderr.write(f"quantdbg fallback: error: {result.plan.message} Plan written to {args.plan}.\n")
+        sys.stderr.write(f"quantdbg fallback: error: {plan.message} Plan written to {args.plan}.\n")
         return 2
-    with commit_together({"out": args.out, "plan": args.plan}) as staged:
-        result.mixed.save(staged["out"])  # the mixed model and its plan appear together or not at all
-        plan = result.plan.with_build(args.out, data, source=args.fp32 or args.model,
-                                      calibration_data=args.data, staged=staged["out"])
-        plan.write(staged["plan"])
+    with commit_together({"--out": args.out, "--plan": args.plan}) as staged:
+        result.mixed.save(staged["--out"])  # the mixed model and its plan appear together or not at all
+        plan = plan.with_build(args.out, data, config=engine, batch_size=args.batch_size,
+                               source=args.fp32 or args.model, calibration_data=args.data,
+                               graph=staged["--out"])
+        plan.write(staged["--plan"])
     partial.unlink(missing_ok=True)
     _print_plan(plan)
     if plan.status != "met":
@@ -116,5 +121,4 @@ def _print_plan(plan: Any) -> None:
                      "+ 1 verification\n")
     for node in plan.exclude:
         sys.stdout.write(f"  {node}\n")
-    for what, command in plan.commands.lines():
-        sys.stdout.write(f"{what}:\n  {command}\n")
+    print_commands(plan.commands)

@@ -10,10 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from quantdbg._io import write_json_atomic, write_text_atomic
+from quantdbg._io import commit_together, write_json_atomic, write_text_atomic
 from quantdbg.cli import add_command
-from quantdbg.cli._options import add_fail_on_option
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._options import add_fail_on_option, add_model_argument
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.diagnostics import RULES, LintReport, lint
 
 _EPILOG = """\
@@ -33,8 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="Flag Q/DQ placements TensorRT cannot fuse (why INT8 engines run slower than FP16).",
         description=__doc__.splitlines()[0].replace("``", "`"), epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", metavar="MODEL",
-                        help="Q/DQ ONNX model (written by quantdbg, ONNX Runtime or ModelOpt).")
+    add_model_argument(parser, help="Q/DQ ONNX model (written by quantdbg, ONNX Runtime or ModelOpt).")
     parser.add_argument("--json", metavar="OUT.json", type=Path,
                         help="Also write the report as JSON (written atomically; the folder must exist).")
     add_fail_on_option(parser, default="high")
@@ -55,13 +54,14 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         0 or 1 (see the module docstring); input errors raise and become status 2 in ``cli.main``.
     """
-    to_file = args.md if args.md not in (None, "-") else None
-    check_paths(inputs_of(args), {"--json": args.json, "--md": to_file})
-    report = lint(args.model, skip=args.skip)
-    if args.json is not None:
-        write_json_atomic(args.json, report.to_dict())
-    if to_file is not None:
-        write_text_atomic(to_file, report.to_markdown())
+    outputs = {"--json": args.json, "--md": args.md if args.md != "-" else None}
+    with claim_outputs(args, outputs):
+        report = lint(args.model, skip=args.skip)
+        with commit_together(outputs) as staged:  # both files or neither
+            if "--json" in staged:
+                write_json_atomic(staged["--json"], report.to_dict())
+            if "--md" in staged:
+                write_text_atomic(staged["--md"], report.to_markdown())
     sys.stdout.write(report.to_markdown() if args.md == "-" else render_text(report))
     return 1 if report.fails(args.fail_on) else 0
 

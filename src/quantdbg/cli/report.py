@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from quantdbg.cli import add_command
-from quantdbg.cli._paths import check_paths, inputs_of
+from quantdbg.cli._paths import claim_outputs
 from quantdbg.errors import ConfigError
 from quantdbg.report import load_result, render_markdown, write_report
 
@@ -40,7 +40,11 @@ def run_report(args: argparse.Namespace) -> int:
     if args.html is None and args.md is None:
         raise ConfigError("Nothing to write: give --html OUT.html and/or --md OUT.md (--md -: print it).")
     md_file = None if args.md == "-" else args.md
-    check_paths(inputs_of(args), {"--html": args.html, "--md": md_file})
+    with claim_outputs(args, {"--html": args.html, "--md": md_file}):
+        return _report(args, md_file)
+
+
+def _report(args: argparse.Namespace, md_file: str | None) -> int:
     result = load_result(args.result)
     if args.md == "-":
         sys.stdout.write(render_markdown(result, title=args.title))

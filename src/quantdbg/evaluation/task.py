@@ -11,16 +11,12 @@ Two kinds exist, and the analysis treats them differently because of cost:
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +28,7 @@ import onnx
 from quantdbg._fingerprint import array_digest, digest, file_digest
 from quantdbg.errors import BackendError, ConfigError, DataError
 from quantdbg.evaluation.metrics import HIGHER_IS_BETTER, MetricName, check_metric_name
+from quantdbg.execution.command import run_in_own_group
 from quantdbg.model import save_model
 
 Outputs = Mapping[str, np.ndarray]
@@ -212,37 +209,57 @@ class Accuracy(TaskMetric):
 
     Args:
         labels: One integer label per position of the argmax (e.g. shape ``(N,)`` for ``(N, C)``
-            logits), in evaluation-data order.
+            logits), in evaluation-data order: class indices from 0.
         output: The logits output (None: the only output).
         axis: The class axis.
+        origin: Where the labels come from, for messages (e.g. ``"--labels 'label' of 'eval.npz'"``).
 
     Raises:
-        DataError: ``labels`` is not an integer array.
+        DataError: ``labels`` is not an integer array, or holds a negative label.
     """
 
     name = "accuracy"
 
     identity_attrs = ("labels", "output", "axis")
 
-    def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1) -> None:
+    def __init__(self, labels: np.ndarray, output: str | None = None, axis: int = -1,
+                 origin: str | None = None) -> None:
         self.labels = np.asarray(labels)
         if not np.issubdtype(self.labels.dtype, np.integer):
             raise DataError(f"Accuracy labels must be integers, got dtype {self.labels.dtype}.")
         self.output = output
         self.axis = axis
+        self.origin = origin
+        self._check_labels(None)
 
     def from_outputs(self, outputs: Outputs, reference: Outputs) -> float:
         """Returns the accuracy in [0, 1].
 
         Raises:
-            DataError: The number of predictions differs from the number of labels.
+            DataError: The number of predictions differs from the number of labels, or a label is
+                no class of the output.
         """
         name = _select(reference, self.output, self.name)
         pred = _argmax_rows(outputs[name], self.axis)
         if pred.shape != self.labels.shape:
             raise DataError(f"Accuracy: output {name!r} gives predictions of shape {pred.shape} but the "
                             f"labels have shape {self.labels.shape}; give one label per sample, in order.")
+        self._check_labels((np.shape(outputs[name])[self.axis], name))
         return float((pred == self.labels).mean())
+
+    def _check_labels(self, classes: tuple[int, str] | None) -> None:
+        """Refuses a label below 0 or (``classes``: the count and the output) not below the class count."""
+        bad = self.labels < 0 if classes is None else (self.labels < 0) | (self.labels >= classes[0])
+        if not bad.any():
+            return
+        position = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f"sample {position[0]}" if len(position) == 1 else f"position {position}"
+        valid = "from 0" if classes is None else \
+            f"0 to {classes[0] - 1} (output {classes[1]!r} has {classes[0]})"
+        of = f" ({self.origin})" if self.origin else ""
+        raise DataError(f"Accuracy labels{of}: {where} has label {int(self.labels[position])}, but labels "
+                        f"are class indices {valid}; {int(bad.sum())} label(s) are out of range. Fix the "
+                        "labels, or pick the array that holds them.")
 
 
 class OutputFunction(TaskMetric):
@@ -397,6 +414,8 @@ class CommandMetric(TaskMetric):
         except subprocess.TimeoutExpired as err:
             raise BackendError(f"Evaluation command {self.command!r} timed out after "
                                f"{self.timeout} s.") from err
+        except ChildProcessError as err:
+            raise BackendError(f"Evaluation command {self.command!r}: {err}.") from err
         if done.returncode != 0:
             tail = _last_line(done.stderr) or _last_line(done.stdout) or "no output"
             raise BackendError(f"Evaluation command {self.command!r} exited with status {done.returncode}: "
@@ -423,41 +442,6 @@ def _check_dep(dep: str | os.PathLike, cwd: str | os.PathLike | None) -> Path:
         raise ConfigError(f"Evaluation dependency {os.fspath(dep)!r} is {what}; name each file the "
                           "evaluation command reads (--evaluate-deps FILE ...).")
     return Path(dep)
-
-
-def run_in_own_group(argv: Sequence[str], timeout: float | None,
-                     cwd: str | os.PathLike | None) -> subprocess.CompletedProcess[str]:
-    """Runs ``argv`` in a process group of its own and kills the whole group when the wait ends
-    early (a timeout, Ctrl-C, SIGTERM): nothing the command started outlives the run. On Linux the
-    command also dies with this process, should it be killed outright (SIGKILL).
-
-    Raises:
-        subprocess.TimeoutExpired: ``timeout`` passed (the group is killed first).
-        OSError: The program cannot be started.
-    """
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                               start_new_session=True, preexec_fn=_die_with_parent())
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook asking Linux to SIGKILL the child when this process dies (None elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the hook itself only makes one call
-    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
-
-    def hook() -> None:
-        libc.prctl(set_parent_death_signal, int(signal.SIGKILL))
-
-    return hook
 
 
 def _last_line(text: str) -> str:

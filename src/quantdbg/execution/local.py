@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import pickle
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
@@ -11,6 +13,7 @@ from typing import Any, TypeVar
 from quantdbg._progress import track
 from quantdbg.errors import ConfigError
 from quantdbg.execution.base import OnResult
+from quantdbg.execution.supervisor import die_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +69,7 @@ class LocalExecutor:
             return
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(self.jobs, len(items)), mp_context=context, initializer=_worker_init,
-                                 initargs=(pickle.dumps(shared),)) as pool:
+                                 initargs=(pickle.dumps(shared), os.getpid())) as pool:
             futures = {pool.submit(_worker_run, fn, item): index for index, item in enumerate(items)}
             for future in as_completed(futures):
                 yield futures[future], future.result()
@@ -75,7 +78,12 @@ class LocalExecutor:
 _WORKER: dict[str, Any] = {}
 
 
-def _worker_init(shared: bytes) -> None:
+def _worker_init(shared: bytes, parent: int) -> None:
+    # A worker dies with the process that forked it, SIGKILL included, so that what a task started
+    # (an evaluation command under its supervisor) goes too.
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)  # the parent died before the signal was armed
     _WORKER["shared"] = pickle.loads(shared)
 
 

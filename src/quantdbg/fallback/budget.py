@@ -7,7 +7,13 @@ makes at most
   ``S = ceil(share * L)`` layers;
 * 1 evaluation of every layer out of INT8 (only when no prefix met the target);
 * ``2k * ceil(log2(L / k)) + 2k`` group-testing evaluations (QuickXplain over ``L`` candidates;
-  over the passing prefix, at most ``S``, when a prefix met the target).
+  over the passing prefix, at most ``S``, when a prefix met the target);
+* ``k - 1`` exchange evaluations when the ``k`` culprits are the only passing set: one per layer of
+  the irreducible set (every other layer out of INT8) shows it essential; ``k - 1`` of them prove
+  the set the smallest and end the exchange phase (:func:`~quantdbg.fallback.group.shrink`).
+
+When other, smaller passing sets exist, the exchange phase looks for them with the budget left and
+stops when a round finds none, so the search never makes more than its budget of evaluations.
 
 The group-testing term is Junker's ``2k log2(L/k) + 2k`` with the logarithm rounded up: the
 halves of an odd number of candidates are uneven, and without the rounding the count exceeds the
@@ -60,10 +66,10 @@ def group_testing_bound(n_layers: int, k: int) -> int:
 def search_bound(n_layers: int, k: int, share: float = GALLOP_SHARE) -> int:
     """The most full evaluations the ``"auto"`` strategy makes when ``k`` layers must leave INT8.
 
-    The gallop, the all-layers check and group testing over every layer (module docstring); the
-    final verification is not counted.
+    The gallop, the all-layers check, group testing over every layer and the ``k - 1`` evaluations
+    that prove the set the smallest (module docstring); the final verification is not counted.
     """
-    return len(gallop_sizes(n_layers, share)) + 1 + group_testing_bound(n_layers, k)
+    return len(gallop_sizes(n_layers, share)) + 1 + group_testing_bound(n_layers, k) + k - 1
 
 
 def planned_culprits(n_layers: int) -> int:

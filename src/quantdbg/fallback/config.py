@@ -22,6 +22,7 @@ class _SearchSettings:
     max_evaluations: int | None
     gallop_share: float
     patience: int | None
+    exchange: bool
 
     def __post_init__(self) -> None:
         check_choice("fallback strategy", self.strategy, STRATEGIES)
@@ -48,6 +49,9 @@ class SearchConfig(_SearchSettings, Serializable):
         gallop_share: ``"auto"``: the largest ranked prefix tried, as a share of the layers.
         patience: ``"auto"``: leave the gallop after this many prefixes in a row that do not improve
             on the best earlier prefix's value (None: walk every prefix up to the share).
+        exchange: ``"auto"``: after group testing, spend the budget left on smaller sets (the
+            exchange phase, :func:`~quantdbg.fallback.group.shrink`); False: stop at the first
+            irreducible set.
         executor: Runs the independent evaluations of a round (the ``"auto"`` gallop's prefixes) as
             tasks; ``evaluate`` then travels to its workers, so it must pickle. The plan is the same
             as without one. None: one evaluation at a time, here. Not part of the JSON form.
@@ -60,6 +64,7 @@ class SearchConfig(_SearchSettings, Serializable):
     max_evaluations: int | None = None
     gallop_share: float = GALLOP_SHARE
     patience: int | None = None
+    exchange: bool = True
     executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
     def budget(self, n_layers: int) -> int:
@@ -83,6 +88,7 @@ class FallbackConfig(_SearchSettings, Serializable):
         max_evaluations: Search budget (None: the strategy's default budget).
         gallop_share: ``"auto"``: the largest ranked prefix tried, as a share of the layers.
         patience: ``"auto"``: leave the gallop after this many prefixes in a row without improvement.
+        exchange: ``"auto"``: look for smaller sets with the budget left after group testing.
         executor: Runs the independent evaluations of a search round as tasks (see
             :class:`SearchConfig`); the ranking's sweep runs on ``sensitivity.executor``.
 
@@ -96,6 +102,7 @@ class FallbackConfig(_SearchSettings, Serializable):
     max_evaluations: int | None = None
     gallop_share: float = GALLOP_SHARE
     patience: int | None = None
+    exchange: bool = True
     executor: Executor | None = field(default=None, compare=False, metadata=transient())
 
     def __post_init__(self) -> None:
@@ -106,7 +113,7 @@ class FallbackConfig(_SearchSettings, Serializable):
     def search(self) -> SearchConfig:
         """The search settings."""
         return SearchConfig(self.strategy, self.max_evaluations, self.gallop_share, self.patience,
-                            self.executor)
+                            self.exchange, self.executor)
 
 
 __all__ = ["FallbackConfig", "SearchConfig"]

@@ -12,19 +12,18 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import numpy as np
-
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
 from quantdbg.backends.tensorrt import (
     BuildCommands,
     EngineBuildSpec,
-    ShapeRange,
+    TrtConfig,
     build_commands,
+    layer_precisions_problem,
     trtexec_command,
 )
-from quantdbg.config import Precision
-from quantdbg.data import as_data
+from quantdbg.config import CalibConfig, Precision, QuantConfig
+from quantdbg.data import DataSource
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
 from quantdbg.model import Footprint
@@ -37,7 +36,7 @@ STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 PlanStatus = Literal["met", "unreachable", "verification_failed", "budget_exhausted"]
 """How a search ended (see :attr:`FallbackPlan.status`)."""
 PLAN_STATUSES: tuple[PlanStatus, ...] = get_args(PlanStatus)
-Purpose = Literal["search", "group", "prune", "verify"]
+Purpose = Literal["search", "group", "exchange", "prune", "verify"]
 """The phase an evaluation belongs to (see :attr:`FallbackEvaluation.purpose`)."""
 PURPOSES: tuple[Purpose, ...] = get_args(Purpose)
 
@@ -51,7 +50,8 @@ class FallbackEvaluation(Serializable):
         value: What it returned.
         met: Whether the target held.
         purpose: ``"search"`` (ranked prefixes: gallop, bisection, every layer out of INT8),
-            ``"group"`` (group testing), ``"prune"`` (greedy pruning) or ``"verify"``.
+            ``"group"`` (group testing), ``"exchange"`` (the search for a smaller set after group
+            testing), ``"prune"`` (greedy pruning) or ``"verify"``.
         round: Evaluations sharing a round do not depend on each other's results (the gallop's
             prefixes), so a parallel executor may run them together; None when not marked (the
             ranked strategies), and then absent from the JSON form.
@@ -124,10 +124,12 @@ class TensorRTSettings(Serializable):
         return shlex.split(trtexec_command(self.spec(onnx_path), strongly_typed=strongly_typed))
 
     def __json_encode__(self) -> dict[str, Any]:
+        # No weakly typed command when trtexec cannot spell a name (the strongly typed one needs none).
+        weakly = "" if layer_precisions_problem(self.exclude) else trtexec_command(self.spec(),
+                                                                                   strongly_typed=False)
         return {"strongly_typed": self.strongly_typed, "builder_flags": list(self.builder_flags),
-                "layer_precisions": self.layer_precisions,
-                "trtexec": trtexec_command(self.spec()),
-                "trtexec_weakly_typed": trtexec_command(self.spec(), strongly_typed=False)}
+                "layer_precisions": self.layer_precisions, "trtexec": trtexec_command(self.spec()),
+                "trtexec_weakly_typed": weakly}
 
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> TensorRTSettings:
@@ -167,10 +169,16 @@ class FallbackPlan(_display.Displayable, Serializable):
         precision: Precision the excluded nodes compute in.
         message: One human-readable sentence on the outcome.
         build: Once the mixed model is written: the TensorRT engine build of it
-            (:class:`quantdbg.backends.tensorrt.EngineBuildSpec` and its trtexec / Polygraphy
-            commands, as JSON-ready dicts), else None.
+            (:class:`quantdbg.backends.tensorrt.EngineBuildSpec`; its JSON form adds the trtexec /
+            Polygraphy / ModelOpt commands, which reading ignores: they are rebuilt from the spec),
+            else None.
         footprint: The model's weight bytes and the process's peak RSS when the result was made
             (None in files written before it was recorded).
+        calib: How the INT8 model the search started from was calibrated, and ``quant`` where its
+            Q/DQ pairs went: with both, :func:`quantdbg.pipeline.apply_recipe` re-creates the mixed
+            model from an FP32 model and calibration data (None when the model came quantized, or
+            in files written before they were recorded).
+        quant: See ``calib``.
     """
 
     status: PlanStatus
@@ -184,8 +192,10 @@ class FallbackPlan(_display.Displayable, Serializable):
     minimal: bool
     precision: Precision = Precision.FP16
     message: str = ""
-    build: Mapping[str, Any] | None = None
+    build: EngineBuildSpec | None = None
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
+    calib: CalibConfig | None = field(default=None, metadata=_json.optional())
+    quant: QuantConfig | None = field(default=None, metadata=_json.optional())
 
     @property
     def n_evaluations(self) -> int:
@@ -206,57 +216,76 @@ class FallbackPlan(_display.Displayable, Serializable):
         """The same plan with another precision for the excluded nodes."""
         return replace(self, precision=Precision(precision))
 
-    def with_build(self, model_path: str | os.PathLike, data: Any = None, *,
-                   source: str | os.PathLike | None = None,
-                   calibration_data: str | os.PathLike | None = None,
-                   staged: str | os.PathLike | None = None) -> FallbackPlan:
+    def with_build(self, model_path: str | os.PathLike, data: DataSource | None = None, *,
+                   config: TrtConfig | None = None, batch_size: int | None = None, graph: Any = None,
+                   **options: Any) -> FallbackPlan:
         """The same plan with the TensorRT build of the mixed model written at ``model_path``.
 
         Args:
             model_path: The mixed-precision model file.
-            data: Feeds whose shapes give the optimization profile of dynamic inputs (e.g. the
-                evaluation data); None uses batch 1/8/32 for batch-only dynamic inputs.
-            source: The FP32 original, for ModelOpt's command (None: no ModelOpt command).
-            calibration_data: The calibration .npz, for ModelOpt's command.
-            staged: Where the model file is now, when it is moved to ``model_path`` together with
-                the plan (None: it is at ``model_path``).
+            data: The evaluation data: the extents of non-batch dynamic axes (and the batch size
+                when ``batch_size`` is None).
+            config: The build settings and profile (None: the profile rule of
+                :meth:`~quantdbg.backends.tensorrt.EngineBuildSpec.from_model`, min 1, opt and max
+                ``batch_size``); the engine goes beside the model unless ``config.save_engine`` says.
+            batch_size: The batch size the model was calibrated and evaluated with.
+            graph: Where the model's inputs are read instead of ``model_path``: the model in memory
+                (a ModelProto), or the file it is in until it is moved to ``model_path``.
+            **options: Other :class:`~quantdbg.backends.tensorrt.EngineBuildSpec` fields: ``source``
+                (the FP32 original, for ModelOpt's command; None: no ModelOpt command),
+                ``calibration_data`` (the calibration .npz, for ModelOpt's command), ``layer_info``;
+                ``exclude`` and ``exclude_precision`` default to the plan's (a model with another set
+                excluded names its own).
 
         Returns:
-            The plan with :attr:`build` set (unchanged when no profile can be derived; the reason
-            is logged).
+            The plan with :attr:`build` set (unchanged when no profile can be derived or a tool cannot
+            spell an input's name; the reason is logged).
         """
         path = Path(model_path)
         try:
-            spec = EngineBuildSpec.from_model(path, shapes=_profile_from(data), staged=staged,
-                                              engine=path.with_suffix(".engine"), exclude=self.exclude,
-                                              exclude_precision=self.precision)
+            spec = EngineBuildSpec.from_model(path, config, data=data, batch_size=batch_size, graph=graph,
+                                              **{"exclude": self.exclude, "exclude_precision": self.precision,
+                                                 **options})
+            spec = spec.engine_beside()
+            build_commands(spec)  # refuses input names no tool can spell, before the plan holds them
         except QuantDbgError as err:
             logger.warning("no TensorRT build commands in the plan: %s", err)
             return self
-        commands = build_commands(spec, source, calibration_data)
-        return replace(self, build={"spec": spec.to_dict(), "commands": commands.to_dict()})
+        return replace(self, build=spec)
+
+    def located(self, model_path: str | os.PathLike, **files: str | os.PathLike) -> FallbackPlan:
+        """The same plan, its build (if any) naming the model at ``model_path`` and the engine beside it
+        (for a model saved somewhere else than the build said); ``files`` sets the build's
+        ``source`` and ``calibration_data`` (ModelOpt's inputs)."""
+        if self.build is None:
+            return self
+        config = replace(self.build.config, save_engine=None)
+        spec = replace(self.build, model=Path(model_path), config=config, **files)  # type: ignore[arg-type]
+        return replace(self, build=spec.engine_beside())
 
     @property
     def commands(self) -> BuildCommands:
-        """The build commands: those of :attr:`build` once the mixed model is written, else the same
+        """The build commands, made from :attr:`build` once the mixed model is written, else the same
         commands for a model at the placeholder path ``MIXED.onnx``."""
         if self.build is not None:
-            return BuildCommands.from_dict(self.build["commands"])
-        return build_commands(replace(self.tensorrt.spec(), engine=Path("MIXED.engine")))
+            return build_commands(self.build)
+        return build_commands(self.tensorrt.spec().engine_beside())
 
     @property
     def mixed_path(self) -> Path:
         """The mixed model the build commands read (``MIXED.onnx`` until :meth:`with_build`)."""
-        return Path(self.build["spec"]["model"]) if self.build is not None else Path("MIXED.onnx")
+        return self.build.model if self.build is not None else Path("MIXED.onnx")
 
     def __json_encode__(self) -> dict[str, Any]:
         # The build goes in the derived "tensorrt" section, beside ModelOpt's settings (whose own
         # argument name for the excluded nodes is nodes_to_exclude).
         out = {f.name: _json.encode(getattr(self, f.name)) for f in fields(self)
                if f.name != "build" and _json.stored(self, f)}
-        # Once built, the command lines name the real files (plans read back keep what they said).
-        written = self.build.get("commands", {}) if self.build is not None else {}
-        tensorrt = {**_json.encode(self.tensorrt), "build": _json.encode(self.build)}
+        # Once built, the command lines name the real files; they are written for readers and rebuilt
+        # from the spec when read back, never replayed from the file.
+        written = self.commands.to_dict() if self.build is not None else {}
+        build = None if self.build is None else {"spec": self.build.to_dict(), "commands": written}
+        tensorrt = {**_json.encode(self.tensorrt), "build": build}
         modelopt: dict[str, Any] = {"nodes_to_exclude": list(self.exclude)}
         for section, key, name in ((tensorrt, "trtexec", "trtexec"),
                                    (tensorrt, "trtexec_weakly_typed", "trtexec_weakly_typed"),
@@ -278,21 +307,11 @@ class FallbackPlan(_display.Displayable, Serializable):
                   for f in stored if f.name in data}
         tensorrt = data.get("tensorrt")
         build = tensorrt.get("build") if isinstance(tensorrt, dict) else None
-        values["build"] = _json.decode(hints["build"], build, _at(where, "tensorrt.build"))
+        if build is not None and not isinstance(build, dict):
+            raise _json.fail(_at(where, "tensorrt.build"), "an object with a spec, or null", build)
+        spec = None if build is None else build.get("spec")
+        values["build"] = _json.decode(hints["build"], spec, _at(where, "tensorrt.build.spec"))
         return _json.construct(cls, values, where)
-
-
-def _profile_from(data: Any) -> dict[str, ShapeRange]:
-    """Min / opt (first feed) / max shapes of every input over the feeds of ``data``."""
-    if data is None:
-        return {}
-    shapes: dict[str, list[tuple[int, ...]]] = {}
-    for feed in as_data(data):
-        for name, value in feed.items():
-            shapes.setdefault(name, []).append(tuple(int(d) for d in np.shape(value)))
-    return {name: ShapeRange(tuple(map(min, zip(*seen, strict=True))), seen[0],
-                             tuple(map(max, zip(*seen, strict=True))))
-            for name, seen in shapes.items() if len({len(s) for s in seen}) == 1}
 
 
 __all__ = ["PLAN_STATUSES", "PURPOSES", "STRATEGIES", "FallbackEvaluation", "FallbackPlan", "PlanStatus",

@@ -1,7 +1,7 @@
 """Search for the smallest set of layers to keep out of INT8 (FP16 fallback).
 
 Every call of the user's ``evaluate`` is a *full evaluation*: it is counted, logged with its phase
-(``search``, ``group``, ``prune``; the final ``verify`` is not counted), and never made when
+(``search``, ``group``, ``exchange``, ``prune``; the final ``verify`` is not counted), and never made when
 monotonicity already decides it (a subset of a failing set fails, a superset of a passing set
 passes). Three strategies:
 
@@ -9,11 +9,14 @@ passes). Three strategies:
   only up to a share ``s`` of the ``L`` layers (default 25 %, ``S = ceil(s * L)``); when none meets
   the target it evaluates every layer out of INT8 once (if even that misses, the target is
   unreachable) and then finds an irreducible set by adaptive group testing (QuickXplain) over the
-  candidates, most sensitive first (:mod:`quantdbg.fallback.group`). When ``k`` layers must leave
-  INT8 it needs at most ``ceil(log2(S)) + 1 + 1 + 2k * ceil(log2(L / k)) + 2k`` evaluations,
-  wherever the ``k`` sit in the ranking (:mod:`quantdbg.fallback.budget`). Its default budget is
-  that bound for ``k = max(4, ceil(L / 10))``; when the budget runs out, the smallest passing set
-  seen is the answer (status ``"budget_exhausted"``, with numbers). It walks the report's fused
+  candidates, most sensitive first (:mod:`quantdbg.fallback.group`). An irreducible set need not be
+  the smallest: the exchange phase then spends the budget left on smaller ones (drop two, then three
+  layers of the set and look for fewer to replace them) until a round finds none. When ``k``
+  layers must leave INT8 and no other set passes it needs at most
+  ``ceil(log2(S)) + 1 + 1 + 2k * ceil(log2(L / k)) + 2k + k - 1`` evaluations, wherever the ``k`` sit
+  in the ranking (:mod:`quantdbg.fallback.budget`). Its default budget is that bound for
+  ``k = max(4, ceil(L / 10))``; when the budget runs out, the smallest passing set seen is the
+  answer (status ``"budget_exhausted"``, with numbers). It walks the report's fused
   ranking (mode and output-space rankings, :attr:`~quantdbg.sensitivity.SensitivityReport.
   fused_ranking`).
 * ``"bisect"`` gallops over the ranked prefixes until the target holds, bisects, then greedily
@@ -32,7 +35,7 @@ from collections.abc import Callable, Sequence
 from quantdbg.errors import ConfigError
 from quantdbg.execution import Executor
 from quantdbg.fallback.config import SearchConfig
-from quantdbg.fallback.group import gallop, quickxplain
+from quantdbg.fallback.group import gallop, quickxplain, shrink
 from quantdbg.fallback.ledger import BudgetExhausted, Ledger
 from quantdbg.fallback.plan import FallbackPlan, PlanStatus, Strategy, phase_counts
 from quantdbg.fallback.ranked import prune, smallest_prefix
@@ -135,6 +138,8 @@ def _auto(ledger: Ledger, names: tuple[str, ...], config: SearchConfig, verify: 
         if size is None and not ledger.met(frozenset(names), "search"):
             return _unreachable(ledger, names, "auto")
         chosen = quickxplain(ledger, names[:size])
+        if config.exchange:
+            chosen = shrink(ledger, names, chosen)
     except BudgetExhausted:
         return _exhausted(ledger, names, verify)
     minimal = all(ledger.known(chosen - {n}) is False for n in chosen)

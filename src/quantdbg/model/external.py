@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +103,14 @@ def external_bases(model: onnx.ModelProto) -> set[str]:
     return {base_of(t) for t in all_tensors(model) if is_external(t)}
 
 
+def data_files(model: onnx.ModelProto) -> tuple[Path, ...]:
+    """The data files the external tensors of a lazily loaded ``model`` read, sorted, each once
+    (``basepath`` / ``location``; a tensor without ``basepath`` names a file relative to the
+    working directory)."""
+    return tuple(sorted({Path(base_of(t)) / _info(t).get("location", "") for t in all_tensors(model)
+                         if is_external(t)}))
+
+
 def strip_bases(model: onnx.ModelProto | onnx.TensorProto) -> None:
     """Removes the ``basepath`` entries (in place), for a copy handed to ONNX Runtime or saved."""
     tensors = [model] if isinstance(model, onnx.TensorProto) else all_tensors(model)
@@ -115,8 +124,60 @@ def strip_bases(model: onnx.ModelProto | onnx.TensorProto) -> None:
 
 
 def tensor_array(tensor: onnx.TensorProto) -> np.ndarray:
-    """The values of ``tensor``, read from its data file when external (the tensor is unchanged)."""
-    return numpy_helper.to_array(tensor, base_dir=base_of(tensor) if is_external(tensor) else "")
+    """The values of ``tensor``, read from its data file when external (the tensor is unchanged).
+
+    External bytes are read here rather than by onnx, whose reader refuses a data file with more
+    than one hard link (a backup made with ``cp -l`` or ``rsync --link-dest``, a store that
+    deduplicates, the staging of :mod:`quantdbg.model.staging`); the loader has already checked
+    that the file lies inside the model's folder.
+    """
+    if not is_external(tensor):
+        return numpy_helper.to_array(tensor)
+    raw = tensor_bytes(tensor)
+    if tensor.data_type in _PACKED or tensor.data_type == onnx.TensorProto.STRING:
+        return numpy_helper.to_array(_inline_copy(tensor, raw))
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    array = np.frombuffer(raw, dtype, count=int(np.prod(tensor.dims, dtype=np.int64)))
+    return (array.byteswap() if sys.byteorder == "big" else array).reshape(tuple(tensor.dims))
+
+
+# Element types stored several to a byte: numpy_helper unpacks them.
+_PACKED = frozenset(getattr(onnx.TensorProto, name) for name in (
+    "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2", "FLOAT6E2M3", "FLOAT6E3M2")
+    if hasattr(onnx.TensorProto, name))
+
+
+def _inline_copy(tensor: onnx.TensorProto, raw: bytes) -> onnx.TensorProto:
+    """A copy of an external ``tensor`` holding ``raw`` as its values."""
+    copy = onnx.TensorProto()
+    copy.CopyFrom(tensor)
+    del copy.external_data[:]
+    copy.data_location = onnx.TensorProto.DEFAULT
+    copy.raw_data = raw
+    return copy
+
+
+INLINE_BELOW = 1024
+"""External tensors smaller than this many bytes are read into memory when a model is loaded:
+shape inference must see small constants (Reshape's shape, Slice's bounds), and onnx's own
+``save_model(..., save_as_external_data=True)`` keeps tensors below this size inline by default, so
+a model saved with ``size_threshold=0`` loads as the same model saved with onnx's defaults."""
+
+
+def inline_small(model: onnx.ModelProto, below: int = INLINE_BELOW) -> int:
+    """Reads every external tensor of fewer than ``below`` bytes into ``model`` (in place).
+
+    Call it after the data files were checked (:func:`check_data_files`).
+
+    Returns:
+        The number of tensors read.
+    """
+    count = 0
+    for tensor in all_tensors(model):
+        if is_external(tensor) and tensor_nbytes(tensor) < below:
+            tensor.CopyFrom(_inline_copy(tensor, tensor_bytes(tensor)))
+            count += 1
+    return count
 
 
 def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
@@ -126,7 +187,7 @@ def tensor_bytes(tensor: onnx.TensorProto) -> bytes:
         with open(Path(info.get(BASE_KEY, "")) / info["location"], "rb") as data:
             data.seek(int(info.get("offset", 0)))
             length = info.get("length")
-            return data.read(int(length)) if length is not None else data.read()
+            return data.read(int(length) if length is not None else tensor_nbytes(tensor))
     if tensor.HasField("raw_data"):
         return tensor.raw_data
     return numpy_helper.to_array(tensor).tobytes()
@@ -180,8 +241,7 @@ def model_bytes(model: onnx.ModelProto) -> Iterator[bytes]:
     data file its external tensors read (a lazy model's bytes alone name its weights, not their
     values). Raises protobuf's error past 2 GB in memory, as ``SerializeToString`` does."""
     yield model.SerializeToString()
-    files = {Path(base_of(t)) / _info(t).get("location", "") for t in all_tensors(model) if is_external(t)}
-    for path in sorted(files):
+    for path in data_files(model):
         try:
             stat = path.stat()
         except OSError:  # not readable from here: its name is all there is to go by

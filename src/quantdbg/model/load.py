@@ -19,7 +19,13 @@ from google.protobuf.message import DecodeError
 from onnx import shape_inference, version_converter
 
 from quantdbg.errors import ModelError, QuantDbgError
-from quantdbg.model.external import check_data_files, fits_in_protobuf, mark_lazy  # noqa: F401 (re-exported)
+from quantdbg.model.external import (  # noqa: F401 (re-exported)
+    check_data_files,
+    data_files,
+    fits_in_protobuf,
+    inline_small,
+    mark_lazy,
+)
 from quantdbg.model.names import name_nodes
 from quantdbg.model.staging import check_model
 from quantdbg.model.weights import FoldedWeight, fold_weights, summarize_folded
@@ -100,7 +106,7 @@ def as_loaded(source: ModelSource, *, allow_quantized: bool = False) -> LoadedMo
         _refuse_quantized(source.proto)
         return LoadedModel(source.proto, False, source.folded)
     with _as_model_error(source):
-        model = _infer_shapes(_checked(_convert_opset(_known_types(_read(source)))))
+        model = _infer_shapes(_checked(_convert_opset(_known_types(_utf8_dims(_read(source))))))
         name_nodes(model)
         if quantized_nodes(model):
             if not allow_quantized:
@@ -148,6 +154,30 @@ def _known_types(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _utf8_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Refuses dimension names that are not UTF-8 (protobuf hands them over as bytes, which every
+    later stage would choke on)."""
+    for graph in _graphs(model.graph):
+        for kind, infos in (("input", graph.input), ("output", graph.output), ("value", graph.value_info)):
+            for info in infos:
+                dims = info.type.tensor_type.shape.dim if info.type.HasField("tensor_type") else ()
+                bad = next((d.dim_param for d in dims if isinstance(d.dim_param, bytes)), None)
+                if bad is not None:
+                    raise ModelError(f"Graph {kind} {info.name!r} names a dimension with bytes that are not "
+                                     f"UTF-8 ({bad!r}); ONNX names are UTF-8 text. Rename the dimension (or "
+                                     "re-export the model).")
+    return model
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph of its nodes (If/Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs):
+                yield from _graphs(sub)
+
+
 def _refuse_quantized(model: onnx.ModelProto) -> None:
     found = quantized_nodes(model)
     if found:
@@ -178,7 +208,24 @@ def _read(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     except (OSError, ValueError) as err:
         raise ModelError(f"Cannot load the external weights of {str(path)!r}: {err}. Put the data file "
                          "beside the model as it was saved, or re-export the model.") from err
+    inline_small(model)  # shape inference reads small constants (shapes, axes); large weights stay lazy
     return model
+
+
+def data_files_of(path: str | os.PathLike) -> tuple[Path, ...]:
+    """The external data files the model file ``path`` names, found from its graph alone (no weight
+    is read, none need exist): the files a command reading the model must never write.
+
+    Returns:
+        Their paths (the model's folder joined with each ``location``), sorted, each once; empty
+        when ``path`` is not a readable ONNX file (loading it reports why).
+    """
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # protobuf raises several unrelated types; loading the model names the problem
+        return ()
+    mark_lazy(model, Path(path).parent)
+    return data_files(model)
 
 
 def _check_external_locations(model: onnx.ModelProto, base: Path) -> None:

@@ -14,10 +14,11 @@ from typing import BinaryIO
 
 import onnx
 
-from quantdbg._io import atomic_file, write_bytes_atomic
+from quantdbg._io import atomic_file, same_file, write_bytes_atomic
 from quantdbg.errors import ConfigError, ModelError
 from quantdbg.model.external import (
     all_tensors,
+    data_files,
     external_bases,
     fits_in_protobuf,
     is_external,
@@ -89,21 +90,49 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, config: SaveConf
     Raises:
         ModelError: The destination folder does not exist, or the model exceeds 2 GB and
             ``config.external_data`` is False.
-        ConfigError: ``config.location`` is not a plain file name, or names the model file itself.
+        ConfigError: ``config.location`` is not a plain file name, or names the model file itself,
+            or the model file or its data file is a data file ``model`` still reads its weights from.
     """
     config = config if config is not None else SaveConfig()
     dest = Path(path)
     if not dest.parent.is_dir():
         raise ModelError(f"Cannot write {str(dest)!r}: folder {str(dest.parent)!r} does not exist.")
+    _refuse_read_files(model, dest)
     if not _wants_external(model, config):
         with atomic_file(dest, ModelError) as tmp:
             tmp.write_bytes(model.SerializeToString())
         return dest
-    location = check_location(config.location or dest.name + ".data")
-    if location == dest.name:
-        raise ConfigError(f"External data location {location!r} is the model file itself; pick another name.")
-    write_external(model, dest, location, config.size_threshold)
+    data = data_path(dest, config)
+    if data.name == dest.name:
+        raise ConfigError(f"External data location {data.name!r} is the model file itself; pick another "
+                          "name.")
+    _refuse_read_files(model, data, dest)
+    write_external(model, dest, data.name, config.size_threshold)
     return dest
+
+
+def data_path(path: str | os.PathLike, config: SaveConfig | None = None) -> Path:
+    """Where :func:`save_model` puts the weights of a model saved at ``path`` when it writes a data
+    file: ``config.location`` beside it, by default ``<model file name>.data``.
+
+    Raises:
+        ConfigError: ``config.location`` is not a plain file name.
+    """
+    dest = Path(path)
+    location = config.location if config is not None and config.location is not None else dest.name + ".data"
+    return dest.parent / check_location(location)
+
+
+def _refuse_read_files(model: onnx.ModelProto, target: Path, model_path: Path | None = None) -> None:
+    """Refuses to write ``target`` when ``model`` still reads weights from it (kept in their data
+    file since loading): replacing it would change the weights of this model and of the file it came
+    from."""
+    for read in data_files(model):
+        if same_file(target, read):
+            what = f"{str(model_path)!r} would write its weights to {str(target)!r}, which" if model_path \
+                else f"{str(target)!r}"
+            raise ConfigError(f"Cannot save the model: {what} is the data file it still reads its weights "
+                              "from; save it under another name.")
 
 
 def _wants_external(model: onnx.ModelProto, config: SaveConfig) -> bool:

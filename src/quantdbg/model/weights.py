@@ -29,6 +29,7 @@ from quantdbg.errors import ModelError
 from quantdbg.model.external import constant_array
 from quantdbg.model.graph import to_graph, to_model
 from quantdbg.model.names import name_graph_nodes
+from quantdbg.quant_math import FP16_MAX, ZEROING_FACTOR, channel_amax, fp16_split, outliers_zero_the_rest
 
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 """Ops with a weight: TensorRT runs them as INT8 GEMM/convolution kernels when all their inputs are
@@ -255,6 +256,51 @@ def fold_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedW
     folded = to_model(graph, like=model)
     folded.ir_version = max(folded.ir_version, 4)  # from IR 4 on, initializers need not be graph inputs
     return folded, tuple(sorted(records.values(), key=lambda r: (position[r.node], r.input_index)))
+
+
+def corrupt_values(values: np.ndarray, axis: int | None = None) -> str | None:
+    """What makes ``values`` unfit for INT8: NaN/Inf, or values beyond float16's range that would
+    round the rest of their channel (along ``axis``; None: of the whole tensor) to 0
+    (:func:`~quantdbg.quant_math.outliers_zero_the_rest`). A tensor that is merely large passes: INT8
+    does not care about scale.
+
+    Returns:
+        A description (``"3e+38, beyond float16's range and ..."``), or None when the values are fit.
+    """
+    values = np.asarray(values)
+    finite = np.isfinite(values)
+    if not finite.all():
+        return f"{int(np.count_nonzero(~finite))} NaN/Inf value(s)"
+    amax = channel_amax(values, axis)
+    if values.size == 0 or float(amax.max()) <= FP16_MAX:
+        return None
+    ordinary, beyond = fp16_split(values, axis)
+    slices = 1 if axis is None or values.ndim == 0 else values.shape[axis % values.ndim]
+    lost = outliers_zero_the_rest(amax, ordinary, beyond, values.size // slices - beyond)
+    if not lost.any():
+        return None
+    worst = int(np.argmax(np.where(lost, amax, -1.0)))
+    rest = "of its channel" if axis is not None else "of its values"
+    return (f"{float(amax.flat[worst]):.3g}, beyond float16's range and more than {ZEROING_FACTOR} times the "
+            f"rest {rest} (at most {float(ordinary.flat[worst]):.3g}), which its INT8 scale would round to 0")
+
+
+def check_weight(values: np.ndarray, tensor: str, node: str, axis: int | None = None) -> None:
+    """Refuses a weight :func:`corrupt_values` finds unfit for INT8.
+
+    Args:
+        values: The weight's values.
+        tensor: Its name.
+        node: The node reading it.
+        axis: Its per-channel axis (None: quantized per tensor).
+
+    Raises:
+        ModelError: Naming the weight, the node and what is wrong.
+    """
+    problem = corrupt_values(values, axis)
+    if problem is not None:
+        raise ModelError(f"Weight {tensor!r} of node {node!r} holds {problem}. Fix the model's weights "
+                         "(re-export it) before quantizing.")
 
 
 def computed_constants(model: onnx.ModelProto, names: Iterable[str]) -> dict[str, np.ndarray]:

@@ -18,7 +18,9 @@ from quantdbg.pipeline.config import OUTCOMES as OUTCOMES
 from quantdbg.pipeline.config import PHASES as PHASES
 from quantdbg.pipeline.config import REPAIRS as REPAIRS
 from quantdbg.pipeline.config import AutoConfig as AutoConfig
+from quantdbg.pipeline.config import BiasCorrectionRepairConfig as BiasCorrectionRepairConfig
 from quantdbg.pipeline.config import CalibratorRepairConfig as CalibratorRepairConfig
+from quantdbg.pipeline.config import EqualizeRepairConfig as EqualizeRepairConfig
 from quantdbg.pipeline.config import Outcome as Outcome
 from quantdbg.pipeline.config import Phase as Phase
 from quantdbg.pipeline.config import Repair as Repair
@@ -29,12 +31,15 @@ from quantdbg.pipeline.flow import auto as auto
 from quantdbg.pipeline.recipe import AutoRecipe as AutoRecipe
 from quantdbg.pipeline.recipe import apply_recipe as apply_recipe
 from quantdbg.pipeline.recipe import read_recipe as read_recipe
+from quantdbg.pipeline.recipe import recipe_of as recipe_of
 from quantdbg.pipeline.records import ChannelRange as ChannelRange
 from quantdbg.pipeline.records import RepairRecord as RepairRecord
 from quantdbg.pipeline.records import SmoothingStep as SmoothingStep
 from quantdbg.pipeline.records import TensorChoice as TensorChoice
 from quantdbg.pipeline.repairs import REPAIR_PASSES as REPAIR_PASSES
+from quantdbg.pipeline.repairs import BiasCorrectionRepair as BiasCorrectionRepair
 from quantdbg.pipeline.repairs import CalibratorRepair as CalibratorRepair
+from quantdbg.pipeline.repairs import EqualizeRepair as EqualizeRepair
 from quantdbg.pipeline.repairs import Proposal as Proposal
 from quantdbg.pipeline.repairs import RepairPass as RepairPass
 from quantdbg.pipeline.repairs import SmoothQuantRepair as SmoothQuantRepair

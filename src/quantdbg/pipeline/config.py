@@ -5,19 +5,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
 
-from quantdbg._json import Serializable
+from quantdbg._json import Serializable, optional
+from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import SmoothingConfig
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.errors import ConfigError, check_choice
 from quantdbg.fallback import FallbackConfig
 
-Repair = Literal["calibrator", "smoothquant"]
+Repair = Literal["calibrator", "bias_correction", "equalize", "smoothquant"]
 """An INT8 repair the flow tries before any layer leaves INT8 (see :mod:`quantdbg.pipeline.repairs`)."""
 
 REPAIRS: tuple[Repair, ...] = get_args(Repair)
-"""Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices)."""
+"""Every repair, in the order the flow tries them by default (the CLI's ``--repairs`` choices): the
+calibrator choice first (on the zoo's tighter-target runs it was the repair kept), each later one
+tried only while the target is missed."""
 
-Phase = Literal["reference", "int8", "calibrator", "smoothquant", "rank", "search", "verify"]
+Phase = Literal["reference", "int8", "calibrator", "bias_correction", "equalize", "smoothquant", "rank",
+                "search", "verify"]
 """A phase of the flow whose task-metric evaluations are counted apart (``AutoResult.evaluations``)."""
 
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -36,7 +40,17 @@ def _check_min_improvement(owner: str, value: float) -> None:
 
 
 @dataclass(frozen=True)
-class CalibratorRepairConfig(Serializable):
+class _KeptIfBetter(Serializable):
+    """A repair's settings when the only one is how much better the task metric must get."""
+
+    min_improvement: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_min_improvement(type(self).__name__, self.min_improvement)
+
+
+@dataclass(frozen=True)
+class CalibratorRepairConfig(_KeptIfBetter):
     """The per-tensor calibrator choice (:class:`~quantdbg.pipeline.repairs.CalibratorRepair`).
 
     Each activation tensor gets the registered calibrator whose range gives the layers reading it
@@ -51,10 +65,33 @@ class CalibratorRepairConfig(Serializable):
         ConfigError: A negative ``min_improvement``.
     """
 
-    min_improvement: float = 0.0
 
-    def __post_init__(self) -> None:
-        _check_min_improvement("CalibratorRepairConfig", self.min_improvement)
+@dataclass(frozen=True)
+class EqualizeRepairConfig(_KeptIfBetter):
+    """Cross-layer equalization (:class:`~quantdbg.pipeline.repairs.EqualizeRepair`): the channels of
+    consecutive Conv/Gemm layers rescaled so their ranges balance (:func:`quantdbg.calibration.equalize`),
+    then one calibration pass of the equalized model.
+
+    Attributes:
+        min_improvement: Kept only when the task metric improves by more than this.
+
+    Raises:
+        ConfigError: A negative ``min_improvement``.
+    """
+
+
+@dataclass(frozen=True)
+class BiasCorrectionRepairConfig(_KeptIfBetter):
+    """Bias correction (:class:`~quantdbg.pipeline.repairs.BiasCorrectionRepair`): the mean shift INT8
+    weight rounding adds to each output channel, measured in one pass and taken out of the biases
+    (:mod:`quantdbg.calibration.bias_correction`).
+
+    Attributes:
+        min_improvement: Kept only when the task metric improves by more than this.
+
+    Raises:
+        ConfigError: A negative ``min_improvement``.
+    """
 
 
 @dataclass(frozen=True)
@@ -105,6 +142,10 @@ class AutoConfig(Serializable):
             evaluation appended as it is made; a run stopped earlier resumes from it (it must
             belong to the same model, data, metric, evaluation files, target and settings).
             None: nothing is written.
+        engine: The TensorRT profile and build settings of the result's build commands (None: a
+            dynamic batch from 1 to ``batch_size``, the rule of every command).
+        equalize: Settings of cross-layer equalization.
+        bias_correction: Settings of bias correction.
 
     Raises:
         ConfigError: An unknown or repeated repair, a share outside (0, 1], a batch size below 1
@@ -122,6 +163,9 @@ class AutoConfig(Serializable):
     threads: int = 0
     progress: bool = False
     resume_path: Path | None = None
+    engine: TrtConfig | None = field(default=None, metadata=optional())
+    equalize: EqualizeRepairConfig = field(default_factory=EqualizeRepairConfig)
+    bias_correction: BiasCorrectionRepairConfig = field(default_factory=BiasCorrectionRepairConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.repairs, str):
@@ -147,11 +191,13 @@ class AutoConfig(Serializable):
         return max(1, int(self.max_fallback_share * n_layers + 1e-9))
 
     def settings(self) -> AutoConfig:
-        """The settings that decide the result: progress and the journal left out (for its ingredients)."""
+        """The settings that decide the result: progress, the journal and the build commands'
+        settings left out (for its ingredients)."""
         sensitivity = replace(self.fallback.sensitivity, progress=False, results_path=None)
         return replace(self, fallback=replace(self.fallback, sensitivity=sensitivity), progress=False,
-                       resume_path=None)
+                       resume_path=None, engine=None)
 
 
-__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "CalibratorRepairConfig", "Outcome",
-           "Phase", "Repair", "SmoothQuantRepairConfig"]
+__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "BiasCorrectionRepairConfig",
+           "CalibratorRepairConfig", "EqualizeRepairConfig", "Outcome", "Phase", "Repair",
+           "SmoothQuantRepairConfig"]

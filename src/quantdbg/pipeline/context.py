@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +23,8 @@ from quantdbg.calibration import (
     calibrate,
     collect_channel_absmax,
     collect_stats,
+    correct_biases,
+    equalize,
 )
 from quantdbg.config import CalibConfig
 from quantdbg.data import CalibrationData
@@ -47,7 +50,7 @@ class Stage:
     """One INT8 model on the flow's way.
 
     Attributes:
-        fp: Its FP32 model (the smoothed one once SmoothQuant was kept).
+        fp: Its FP32 model (the smoothed or equalized one once SmoothQuant or equalization was kept).
         plan: Its Q/DQ plan.
         calibration: Its ranges and the statistics behind them (histograms for every tensor); its
             ``config`` is the calibrator choice in use.
@@ -90,7 +93,10 @@ class AutoContext:
 
     def stage(self, fp: LoadedModel, calib_config: CalibConfig,
               smoothing: SmoothingStep | None = None) -> Stage:
-        """Plans, calibrates (a stored pass) and quantizes ``fp`` with ``calib_config``."""
+        """Plans, calibrates (a stored pass) and quantizes ``fp`` with ``calib_config``; with
+        ``calib_config.equalize`` the stage's FP32 model is the equalized one (the model quantized)."""
+        if calib_config.equalize:
+            fp = equalize(fp).model  # idempotent: an equalized model comes back as it is
         plan = plan_qdq(fp, self.config.quant)
         calibration = self.calibration(fp, calib_config, plan)
         qmodel = insert_qdq(fp, calibration, self.config.quant, plan=plan)
@@ -104,10 +110,24 @@ class AutoContext:
     def calibration(self, fp: LoadedModel, calib_config: CalibConfig, plan: QdqPlan) -> CalibrationResult:
         """The calibration of ``fp`` with a histogram for every tensor (so any calibrator can be
         re-derived later); one pass, plus one for the histograms the chosen calibrators did not need."""
-        setting = json.dumps(calib_config.to_dict(), sort_keys=True)
-        key = f"calibration:{model_key(fp.proto)}:{digest(setting)}"
-        return self.journal.stored(key, lambda: self._calibrate(fp, calib_config, plan), _json.encode,
-                                   CalibrationResult.from_dict)
+        return self._stored_calibration(_calibration_key(fp, calib_config),
+                                        lambda: self._calibrate(fp, calib_config, plan))
+
+    def _stored_calibration(self, key: str, make: Callable[[], CalibrationResult]) -> CalibrationResult:
+        return self.journal.stored(key, make, _json.encode, CalibrationResult.from_dict)
+
+    def bias_corrected(self, stage: Stage) -> Stage:
+        """``stage`` with its biases corrected: one pass measures the corrections (stored as the
+        calibration :meth:`calibration` would make with ``bias_correction``); the ranges stay."""
+        config = replace(stage.calib_config, bias_correction=True)
+
+        def measure() -> CalibrationResult:
+            found = correct_biases(stage.fp, self.calib, stage.plan, max_batches=config.max_batches,
+                                   progress=self.config.progress)
+            return replace(stage.calibration, config=config, bias_correction=found)
+
+        calibration = self._stored_calibration(_calibration_key(stage.fp, config), measure)
+        return self.recalibrated(stage, config, calibration)
 
     def _calibrate(self, fp: LoadedModel, calib_config: CalibConfig, plan: QdqPlan) -> CalibrationResult:
         found = calibrate(fp, self.calib, calib_config, plan, progress=self.config.progress)
@@ -146,6 +166,11 @@ class AutoContext:
     def in_phase(self, phase: Phase) -> _PhaseScope:
         """A ``with`` block whose evaluations count under ``phase``."""
         return _PhaseScope(self.journal, phase)
+
+
+def _calibration_key(fp: LoadedModel, calib_config: CalibConfig) -> str:
+    setting = json.dumps(calib_config.to_dict(), sort_keys=True)
+    return f"calibration:{model_key(fp.proto)}:{digest(setting)}"
 
 
 class _PhaseScope:

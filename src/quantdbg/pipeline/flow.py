@@ -3,8 +3,9 @@
 1. calibrate: the default calibration, with a histogram kept for every tensor (one pass, two when
    the default calibrator needs no histograms), and the default INT8 model;
 2. evaluate the FP32 model and the default INT8 model on the task metric;
-3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`), kept only
-   when the task metric improves; stop as soon as the target holds;
+3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`: the
+   calibrator per tensor, bias correction, cross-layer equalization, SmoothQuant), kept only when the
+   task metric improves; stop as soon as the target holds;
 4. rank: the sensitivity of the repaired model (reused when no repair was kept);
 5. search: :func:`quantdbg.fallback.auto_fallback` from the repaired model, verified on the real
    mixed model; model-file metrics evaluate the real mixed model at every step, in-session
@@ -27,6 +28,7 @@ from quantdbg.errors import ConfigError
 from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_metric
 from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
 from quantdbg.model import LoadedModel, ModelSource, as_loaded
+from quantdbg.pipeline.build import with_build
 from quantdbg.pipeline.config import PHASES, AutoConfig, Outcome
 from quantdbg.pipeline.context import AutoContext, Stage
 from quantdbg.pipeline.recipe import AutoRecipe
@@ -62,7 +64,9 @@ def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, targ
         config: Calibration, repairs, ranking, search, limits, progress and the resume file.
 
     Returns:
-        The result: metric values, repairs, ranking, plan, final model, recipe and verdict.
+        The result: metric values, repairs, ranking, plan (with the commands that build the final
+        model's engine, naming it ``MIXED.onnx`` until :meth:`AutoResult.located`), final model,
+        recipe and verdict.
 
     Raises:
         ConfigError: The target and metric disagree, a relative-loss target meets an infinite
@@ -83,6 +87,7 @@ def auto(model: ModelSource, calib_data: DataSource, eval_data: DataSource, targ
         if task.needs_model:
             task = JournaledMetric(task, journal)
         result = _Flow(AutoContext(calib, evals, task, config, journal), target).run(fp)
+    result = with_build(result, model, calib_data, evals, config)
     logger.info("auto: %s", result.message)
     return replace(result, seconds=round(time.perf_counter() - start, 3))
 

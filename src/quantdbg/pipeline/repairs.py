@@ -11,6 +11,15 @@ when the task metric improves.
 * :class:`SmoothQuantRepair`: SmoothQuant (:func:`quantdbg.calibration.apply_smoothing`) on the
   MatMul/Gemm nodes whose activation carries outlier channels (one pass measures the per-channel
   ranges, one calibrates the smoothed model).
+* :class:`EqualizeRepair`: cross-layer equalization (:func:`quantdbg.calibration.equalize`) of
+  consecutive Conv/Gemm layers, then one calibration pass of the equalized model
+  (``CalibConfig.equalize``).
+* :class:`BiasCorrectionRepair`: the mean shift INT8 weight rounding adds to each output channel,
+  taken out of the biases (:func:`quantdbg.calibration.correct_biases`, one pass;
+  ``CalibConfig.bias_correction``).
+
+Equalization and bias correction are recorded as the calibration config's flags, so the recipe's
+``calib`` re-applies them.
 """
 from __future__ import annotations
 
@@ -18,14 +27,25 @@ import glob
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-from quantdbg.calibration import Migration, SmoothingConfig, apply_smoothing, recalibrate, smoothing_targets
+import numpy as np
+
+from quantdbg.calibration import (
+    Migration,
+    SmoothingConfig,
+    apply_smoothing,
+    equalize,
+    recalibrate,
+    smoothing_targets,
+)
 from quantdbg.config import CalibConfig, CalibratorSpec, TensorKind
 from quantdbg.model import LoadedModel, as_loaded
 from quantdbg.pipeline.config import (
     AutoConfig,
+    BiasCorrectionRepairConfig,
     CalibratorRepairConfig,
+    EqualizeRepairConfig,
     Repair,
     SmoothQuantRepairConfig,
 )
@@ -74,6 +94,21 @@ class RepairPass(Protocol):
         ...
 
 
+class _KeepRule(Protocol):
+    min_improvement: float
+
+
+SettingsT = TypeVar("SettingsT", bound=_KeepRule)
+
+
+class _Settings(Generic[SettingsT]):
+    """Holds a pass's settings and the improvement it must bring to be kept."""
+
+    def __init__(self, config: SettingsT) -> None:
+        self.config = config
+        self.min_improvement = config.min_improvement
+
+
 def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) -> CalibConfig:
     """``config`` with exact per-tensor choices put first, so they win over its own globs.
 
@@ -89,7 +124,7 @@ def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) 
     return replace(config, per_tensor={**exact, **kept})
 
 
-class CalibratorRepair:
+class CalibratorRepair(_Settings[CalibratorRepairConfig]):
     """Per-tensor calibrator choice from the sensitivity evidence.
 
     Args:
@@ -97,10 +132,6 @@ class CalibratorRepair:
     """
 
     name: Repair = "calibrator"
-
-    def __init__(self, config: CalibratorRepairConfig) -> None:
-        self.config = config
-        self.min_improvement = config.min_improvement
 
     def apply(self, stage: Stage, context: AutoContext) -> Proposal:
         """Proposes ``stage`` with each tensor's best calibrator (the ranges from its statistics).
@@ -157,7 +188,7 @@ def _choices(report: SensitivityReport, before: Stage, after: Stage,
     return tuple(found)
 
 
-class SmoothQuantRepair:
+class SmoothQuantRepair(_Settings[SmoothQuantRepairConfig]):
     """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels.
 
     Args:
@@ -165,10 +196,6 @@ class SmoothQuantRepair:
     """
 
     name: Repair = "smoothquant"
-
-    def __init__(self, config: SmoothQuantRepairConfig) -> None:
-        self.config = config
-        self.min_improvement = config.min_improvement
 
     def apply(self, stage: Stage, context: AutoContext) -> Proposal:
         """Proposes ``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated.
@@ -229,12 +256,79 @@ def _carry_choices(stage: Stage, migrations: Sequence[Migration]) -> CalibConfig
     return with_per_tensor(config, moved) if moved else config
 
 
+class EqualizeRepair(_Settings[EqualizeRepairConfig]):
+    """Cross-layer equalization of consecutive Conv/Gemm layers, then a calibration of the equalized model.
+
+    Args:
+        config: Its settings.
+    """
+
+    name: Repair = "equalize"
+
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """Proposes ``stage``'s FP32 model equalized and calibrated again (a stored pass).
+
+        Args:
+            stage: The model to repair.
+            context: Calibrates the equalized model.
+
+        Returns:
+            The proposal; no stage when no pair of layers needs rescaling.
+        """
+        if stage.calib_config.equalize:
+            return Proposal(self.name, None, "the model is equalized already")
+        found = equalize(stage.fp)
+        pairs = found.equalization.pairs
+        if not pairs:
+            return Proposal(self.name, None, "no pair of Conv/Gemm layers (through Relu, LeakyRelu, pooling "
+                            "or nothing) has channels to balance")
+        repaired = context.stage(found.model, replace(stage.calib_config, equalize=True), stage.smoothing)
+        worst = max(pairs, key=lambda p: p.imbalance_before)
+        return Proposal(self.name, repaired, f"equalized {len(pairs)} pair(s) of layers (most unbalanced: "
+                        f"{worst.first} -> {worst.second}, largest over smallest channel range ratio "
+                        f"{worst.imbalance_before:.3g} -> {worst.imbalance_after:.3g})")
+
+
+class BiasCorrectionRepair(_Settings[BiasCorrectionRepairConfig]):
+    """The mean shift INT8 weight rounding adds to each output channel, taken out of the biases.
+
+    Args:
+        config: Its settings.
+    """
+
+    name: Repair = "bias_correction"
+
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """Proposes ``stage`` with its biases corrected (one stored pass measures the corrections).
+
+        Args:
+            stage: The model to repair.
+            context: Measures the corrections.
+
+        Returns:
+            The proposal; no stage when no quantized layer's bias can be corrected.
+        """
+        if stage.calibration.bias_correction is not None:
+            return Proposal(self.name, None, "the biases are corrected already")
+        repaired = context.bias_corrected(stage)
+        found = repaired.calibration.bias_correction
+        assert found is not None  # bias_corrected() measures them
+        skipped = f"; {len(found.skipped)} skipped ({found.skipped[0].reason})" if found.skipped else ""
+        if not found.corrections:
+            return Proposal(self.name, None, f"no quantized layer's bias can be corrected{skipped}")
+        top = max(found.corrections, key=lambda c: float(np.abs(c.shift).max()))
+        return Proposal(self.name, repaired, f"corrected the biases of {len(found.corrections)} layer(s) "
+                        f"(largest mean shift {float(np.abs(top.shift).max()):.3g} in {top.node}){skipped}")
+
+
 REPAIR_PASSES: Mapping[Repair, Callable[[AutoConfig], RepairPass]] = MappingProxyType({
+    "equalize": lambda config: EqualizeRepair(config.equalize),
+    "bias_correction": lambda config: BiasCorrectionRepair(config.bias_correction),
     "calibrator": lambda config: CalibratorRepair(config.calibrator),
     "smoothquant": lambda config: SmoothQuantRepair(config.smoothquant),
 })
 """Repair name -> builds its pass from the flow's settings."""
 
 
-__all__ = ["REPAIR_PASSES", "CalibratorRepair", "Proposal", "RepairPass", "SmoothQuantRepair",
-           "with_per_tensor"]
+__all__ = ["REPAIR_PASSES", "BiasCorrectionRepair", "CalibratorRepair", "EqualizeRepair", "Proposal",
+           "RepairPass", "SmoothQuantRepair", "with_per_tensor"]

@@ -2,8 +2,9 @@
 the mixed model and the recipe, with a verdict whose first sentence gives the numbers."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -65,7 +66,8 @@ class AutoResult(_display.Displayable, _Fields, Serializable):
             ``report.n_passes``).
         report: The sensitivity ranking of the model the search started from (None when no analysis
             was needed).
-        plan: The fallback search's plan (None when no search was needed).
+        plan: The fallback search's plan (one with no layer excluded when no search was needed); its
+            build holds the commands that build the final model's engine (``plan.commands``).
         seconds: Wall time of this run (a resumed run counts only its own part).
         model: The final model: mixed precision, or all INT8 (None when read from JSON).
     """
@@ -99,6 +101,13 @@ class AutoResult(_display.Displayable, _Fields, Serializable):
     def message(self) -> str:
         """The verdict: whether the target is met, with the numbers."""
         return _verdict(self)
+
+    def located(self, model_path: str | os.PathLike, **files: str | os.PathLike) -> AutoResult:
+        """The same result, its build commands naming the final model at ``model_path`` (where the
+        caller saves :attr:`model`) and the engine beside it; ``files`` (``source``,
+        ``calibration_data``) name the FP32 model and calibration data files for ModelOpt's command
+        when the flow was given them in memory."""
+        return self if self.plan is None else replace(self, plan=self.plan.located(model_path, **files))
 
     def __json_encode__(self) -> dict[str, Any]:
         own = _json.encode(_Fields(**{f.name: getattr(self, f.name) for f in fields(_Fields)}))

@@ -20,7 +20,7 @@ from typing import Any
 
 from quantdbg import _json
 from quantdbg._io import write_json_atomic, write_text_atomic
-from quantdbg.calibration import CalibrationResult
+from quantdbg.calibration import CalibrationResult, calibrator_name
 from quantdbg.config import TensorKind
 from quantdbg.errors import ConfigError, DataError
 from quantdbg.qdq.records import QuantizedModel
@@ -34,6 +34,9 @@ DEFAULT_TRT_VERSION = 100300
 """TensorRT 10.3.0, as TensorRT writes it in cache headers (major*10000 + minor*100 + patch)."""
 
 DEFAULT_ALGORITHM = "EntropyCalibration2"
+"""The calibrator name of a cache header unless the calibration was a pure max calibration."""
+MINMAX_ALGORITHM = "MinMaxCalibration"
+"""TensorRT's name for a pure max calibration (every calibrator of the config is ``minmax``)."""
 
 _HEADER = re.compile(r"^TRT-(\d+)-([A-Za-z0-9_]+)$")
 _HEX = re.compile(r"^[0-9a-fA-F]{8}$")
@@ -126,14 +129,27 @@ def _check_cache_name(name: str) -> None:
         raise ConfigError(f"Tensor name {name!r} cannot be written on one cache line.")
 
 
+def cache_algorithm(source: ScaleSource) -> str:
+    """The calibrator name a cache header carries for ``source``, from its calibration config:
+    :data:`MINMAX_ALGORITHM` when every calibrator the config names (default, per op, per tensor) is
+    ``minmax``, else :data:`DEFAULT_ALGORITHM` (also for scales without a calibration)."""
+    calibration = source if isinstance(source, CalibrationResult) else (
+        source.calibration if isinstance(source, QuantizedModel) else None)
+    if calibration is None:
+        return DEFAULT_ALGORITHM
+    config = calibration.config
+    specs = (config.method, *config.per_op.values(), *config.per_tensor.values())
+    return MINMAX_ALGORITHM if {calibrator_name(spec) for spec in specs} == {"minmax"} else DEFAULT_ALGORITHM
+
+
 def format_trt_cache(source: ScaleSource, version: int = DEFAULT_TRT_VERSION,
-                     algorithm: str = DEFAULT_ALGORITHM) -> str:
+                     algorithm: str | None = None) -> str:
     """Renders a TensorRT calibration cache.
 
     Args:
         source: A calibration result, a Q/DQ model (its activation records), or name -> scale.
         version: TensorRT version number for the header.
-        algorithm: Calibrator name for the header.
+        algorithm: Calibrator name for the header (None: :func:`cache_algorithm` of ``source``).
 
     Returns:
         The cache text (header line, then one line per tensor, newline-terminated).
@@ -144,6 +160,7 @@ def format_trt_cache(source: ScaleSource, version: int = DEFAULT_TRT_VERSION,
     """
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise ConfigError(f"TensorRT version must be a non-negative integer such as 100300, got {version!r}.")
+    algorithm = cache_algorithm(source) if algorithm is None else algorithm
     if not re.fullmatch(r"[A-Za-z0-9_]+", algorithm):
         raise ConfigError(f"Calibrator name {algorithm!r} in a cache header must be alphanumeric.")
     lines = [f"TRT-{version}-{algorithm}"]
@@ -152,14 +169,14 @@ def format_trt_cache(source: ScaleSource, version: int = DEFAULT_TRT_VERSION,
 
 
 def write_trt_cache(source: ScaleSource, path: str | os.PathLike, version: int = DEFAULT_TRT_VERSION,
-                    algorithm: str = DEFAULT_ALGORITHM) -> Path:
+                    algorithm: str | None = None) -> Path:
     """Writes a TensorRT calibration cache atomically (see :func:`format_trt_cache`).
 
     Args:
         source: A calibration result, a Q/DQ model (its activation records), or name -> scale.
         path: Destination file; its folder must exist.
         version: TensorRT version number for the header.
-        algorithm: Calibrator name for the header.
+        algorithm: Calibrator name for the header (None: :func:`cache_algorithm` of ``source``).
 
     Returns:
         The destination path.

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from quantdbg.calibration import CalibrationResult
+from quantdbg.calibration import CalibrationResult, apply_bias_corrections, equalize
 from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import ModelError, NotCalibratedError, unknown
 from quantdbg.model import (
@@ -16,6 +16,7 @@ from quantdbg.model import (
     UniqueNames,
     as_loaded,
     check_model,
+    check_weight,
     constant_values,
     to_graph,
     to_model,
@@ -34,6 +35,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
     group uses the largest amax of its members). Weights stay FP32 initializers followed by
     QuantizeLinear -> DequantizeLinear with per-channel scales ``channel amax / 127``, so the
     INT8 values lie in [-127, 127]; TensorRT and ONNX Runtime fold the pair into INT8 weights.
+    A calibration made with ``equalize`` is applied to the equalized model, and one with bias
+    corrections gives each quantized layer its corrected bias (the excluded ones keep theirs).
 
     Args:
         model: The FP32 model: path, ModelProto (never modified) or LoadedModel (not re-checked).
@@ -49,10 +52,13 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
 
     Raises:
         ModelError: The model is invalid or already quantized, an ``exclude`` name is not a
-            quantizable node, the plan does not match the model, or a weight is not finite.
+            quantizable node, the plan does not match the model, or a weight holds NaN/Inf or a
+            few values beyond float16's range that would round the rest of its channel to 0.
         NotCalibratedError: An activation to quantize has no range in ``calibration``.
     """
     loaded = as_loaded(model)
+    if calibration.config.equalize:  # the ranges are those of the equalized model (idempotent)
+        loaded = equalize(loaded).model
     fp_model = loaded.proto
     plan = plan if plan is not None else plan_qdq(loaded, config)
     check_names("quantizable node", exclude, plan.layers)
@@ -70,6 +76,8 @@ def insert_qdq(model: ModelSource, calibration: CalibrationResult,
         else:
             scale, method = scales[target.tensor]
         records.append(_insert_pair(graph, node, target, scale, method, names))
+    if calibration.bias_correction is not None:
+        apply_bias_corrections(graph, calibration.bias_correction, {r.node for r in records}, names)
     qmodel = to_model(graph, like=fp_model)
     _checked(qmodel)
     return QuantizedModel(qmodel, tuple(records), calibration)
@@ -122,9 +130,7 @@ def _weight_scale(weight: gs.Tensor, target: QuantTarget) -> np.ndarray:
         raise ModelError(f"Weight input {target.input_index} ({target.tensor!r}) of node {target.node!r} "
                          "is not an initializer; re-plan with plan_qdq() on this model.")
     values = np.asarray(constant_values(weight), np.float32)
-    if not np.all(np.isfinite(values)):
-        raise ModelError(f"Weight {target.tensor!r} of node {target.node!r} holds NaN or Inf values; "
-                         "fix the model's weights before quantizing.")
+    check_weight(values, target.tensor, target.node, target.axis)
     amax = channel_amax(values, target.axis)
     return scale_from_amax(amax if target.axis is None else amax.reshape(-1))
 

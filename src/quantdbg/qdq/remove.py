@@ -8,12 +8,14 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from quantdbg.calibration import BiasCorrection, restore_bias
 from quantdbg.config import Precision
 from quantdbg.errors import ModelError, QuantDbgWarning
 from quantdbg.model import UniqueNames, constant_values, to_graph, to_model
 from quantdbg.placement import is_float
 from quantdbg.qdq.insert import check_names
 from quantdbg.qdq.records import QdqRecord, QuantizedModel
+from quantdbg.quant_math import FP16_MAX
 
 # Ops whose output is never negative: a zero-clamping Q/DQ after them needs no Relu once removed.
 _NON_NEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax", "Abs", "Exp", "Sqrt"})
@@ -24,7 +26,8 @@ def remove_qdq(qmodel: QuantizedModel, exclude: Iterable[str],
     """Keeps the ``exclude`` nodes out of INT8: their Q/DQ pairs go, and they compute in FP16 or FP32.
 
     Each input of an excluded node is wired back to its FP32 tensor (a weight stored as INT8 is
-    replaced by its dequantized FP32 constant). With FP16, float inputs are cast to float16
+    replaced by its dequantized FP32 constant), and a bias corrected for its INT8 weights gets its
+    FP32 values back. With FP16, float inputs are cast to float16
     (initializers converted once, ahead of time) and float outputs cast back to float32 under
     their original names, so the rest of the graph is untouched. Other nodes keep their pairs.
 
@@ -63,6 +66,9 @@ def remove_qdq(qmodel: QuantizedModel, exclude: Iterable[str],
                              "and the model disagree. Rebuild them with records_from_model().")
         for record in qmodel.records_of(name):
             node.inputs[record.input_index] = _fp32_source(graph, node, record, names)
+        correction = _bias_correction(qmodel, name)
+        if correction is not None:  # the corrected bias belongs to the INT8 weights
+            restore_bias(graph, correction, names)
         if precision is Precision.FP16:
             _to_fp16(graph, node, names)
     # No onnx.checker pass here: sweeps call this once per variant, and on a 90 MB model the
@@ -70,6 +76,11 @@ def remove_qdq(qmodel: QuantizedModel, exclude: Iterable[str],
     model = to_model(graph, like=qmodel.model)
     kept = tuple(r for r in qmodel.records if r.node not in set(chosen))
     return QuantizedModel(model, kept, qmodel.calibration, qmodel.excluded + tuple(chosen), precision)
+
+
+def _bias_correction(qmodel: QuantizedModel, layer: str) -> BiasCorrection | None:
+    corrections = qmodel.calibration.bias_correction if qmodel.calibration is not None else None
+    return corrections.of(layer) if corrections is not None else None
 
 
 def _fp32_source(graph: gs.Graph, node: gs.Node, record: QdqRecord, names: UniqueNames) -> gs.Tensor:
@@ -153,7 +164,7 @@ def _to_fp16(graph: gs.Graph, node: gs.Node, names: UniqueNames) -> None:
 def _half(constant: gs.Constant, node: str) -> np.ndarray:
     """float16 copy of an initializer, saturated (not turned into inf) beyond float16's range."""
     values = np.asarray(constant_values(constant), np.float32)
-    limit = float(np.finfo(np.float16).max)
+    limit = FP16_MAX
     if np.any(np.abs(values[np.isfinite(values)]) > limit):
         warnings.warn(f"Initializer {constant.name!r} of node {node!r} holds values beyond float16's "
                       f"range (+-{limit:g}); they are clipped in the FP16 fallback. Keep this node in "

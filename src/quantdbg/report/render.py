@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from quantdbg._io import write_text_atomic
+from quantdbg._io import commit_together, write_text_atomic
 from quantdbg._optional import load
 from quantdbg.errors import ConfigError
 from quantdbg.report.html import render_html
@@ -40,7 +40,8 @@ class WrittenReport:
 def write_report(result: Any, *, html: str | os.PathLike | None = None,
                  markdown: str | os.PathLike | None = None, json: str | os.PathLike | None = None,
                  title: str | None = None, plots: bool = True) -> WrittenReport:
-    """Writes the requested formats, each atomically; nothing else is written.
+    """Writes the requested formats together: all of them, or (on any failure) none; nothing else is
+    written.
 
     Args:
         result: Any renderable result.
@@ -54,19 +55,20 @@ def write_report(result: Any, *, html: str | os.PathLike | None = None,
         The paths written.
 
     Raises:
-        ConfigError: Nothing to write, a folder does not exist, or ``result`` is not renderable.
+        ConfigError: Nothing to write, a folder does not exist, two formats share a path, or
+            ``result`` is not renderable.
         MissingDependencyError: HTML plots need matplotlib.
+        OutputError: A file cannot be written (a full disk, a read-only folder); none was.
     """
     if html is None and markdown is None and json is None:
         raise ConfigError("write_report() needs at least one of html=, markdown= or json= (a path).")
-    written: dict[str, Path] = {}
-    if json is not None:
-        written["json"] = write_text_atomic(json, render_json(result))
-    if markdown is not None:
-        written["markdown"] = write_text_atomic(markdown, render_markdown(result, title=title))
-    if html is not None:
-        written["html"] = write_text_atomic(html, render_html(result, title=title, plots=plots))
-    return WrittenReport(**written)
+    renders = {"json": lambda: render_json(result), "markdown": lambda: render_markdown(result, title=title),
+               "html": lambda: render_html(result, title=title, plots=plots)}
+    paths = {"json": json, "markdown": markdown, "html": html}
+    with commit_together(paths) as staged:
+        for name, path in staged.items():
+            write_text_atomic(path, renders[name]())
+    return WrittenReport(**{name: Path(path) for name, path in paths.items() if path is not None})
 
 
 def to_dataframe(result: Any) -> Any:

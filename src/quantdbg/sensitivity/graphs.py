@@ -26,6 +26,7 @@ from quantdbg.errors import ModelError
 from quantdbg.model import UniqueNames, tensor_array
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
+from quantdbg.sensitivity.bias_switch import switch_biases
 from quantdbg.sensitivity.lazy_pairs import copy_pair, dequantize_per_run, lazy_pair
 
 ENABLE_PREFIX = "quantdbg_enable/"
@@ -285,6 +286,7 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
             record, switches[record.node], source, quantized, q_node, out, names,
             types.get(dq_out, TensorProto.FLOAT), None if zero is None else zero.dtype))
         nodes[record.node].input[record.input_index] = out
+    switch_biases(qmodel, nodes, switches, names, added, ifs)
     ordered: list[onnx.NodeProto] = []
     for node in model.graph.node:
         ordered.extend(ifs.get(node.name, ()))  # just before their consumer: still topological

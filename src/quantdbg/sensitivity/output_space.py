@@ -51,7 +51,7 @@ def _batch_metric(metric: TaskMetric, n_samples: int) -> TaskMetric:
     if metric.needs_model:
         return OutputMetric("sqnr")
     if isinstance(metric, Accuracy) and n_samples < len(metric.labels):
-        return Accuracy(metric.labels[:n_samples], metric.output, metric.axis)
+        return Accuracy(metric.labels[:n_samples], metric.output, metric.axis, metric.origin)
     return metric
 
 

@@ -91,7 +91,8 @@ def _apply_config(builder: trt.Builder, network: trt.INetworkDefinition, model: 
     built = builder.create_builder_config()
     # DETAILED keeps per-layer types and tactics in the plan for the engine inspector.
     built.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-    built.builder_optimization_level = config.builder_optimization_level
+    if config.builder_optimization_level is not None:
+        built.builder_optimization_level = config.builder_optimization_level
     if config.workspace_bytes is not None:
         built.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, config.workspace_bytes)
     if not config.tf32:

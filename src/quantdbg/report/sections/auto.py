@@ -73,7 +73,6 @@ def auto_sections(result: AutoResult) -> list[Section]:
     sections = [Section("Automatic quantization", paragraphs, tables)]
     if result.report is not None:
         sections += nested(sensitivity_sections(result.report, highlight=result.exclude))
-    if result.plan is not None:
-        # The first screen (verdict.auto_lead) shows the build commands of the layers excluded.
-        sections += nested(fallback_sections(result.plan, commands=not result.exclude))
+    if result.plan is not None and result.plan.evaluations:  # a search ran (its build leads the report)
+        sections += nested(fallback_sections(result.plan, commands=False))
     return sections

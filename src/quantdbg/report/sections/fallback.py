@@ -6,6 +6,7 @@ import shlex
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from quantdbg.backends.tensorrt import as_comment
 from quantdbg.fallback import FallbackPlan, Purpose
 from quantdbg.report.plots import fallback_figure, png
 from quantdbg.report.sections.base import Plot, Section, Table
@@ -14,8 +15,8 @@ SHOWN_NODES = 8
 """Excluded layers listed per evaluation row."""
 
 PHASE_MEANING: Mapping[Purpose, str] = MappingProxyType({
-    "search": "ranked prefixes", "group": "group testing", "prune": "greedy pruning",
-    "verify": "verification"})
+    "search": "ranked prefixes", "group": "group testing", "exchange": "smaller sets by exchanges",
+    "prune": "greedy pruning", "verify": "verification"})
 """What each phase of the search (an evaluation's purpose) does."""
 
 
@@ -38,8 +39,8 @@ def build_code(plan: FallbackPlan) -> tuple[str, ...]:
     """The build commands as shell lines, each after a comment saying what it does (placeholder
     paths ``MIXED.onnx`` until the plan knows the mixed model's file)."""
     lines = [f"# {what}\n{command}" for what, command in plan.commands.lines()]
-    if not any("modelopt" in line for line in lines) and plan.exclude:
-        lines.append(f"# ModelOpt: --nodes_to_exclude {shlex.join(plan.exclude)}")
+    if not any("modelopt" in line for line in lines) and plan.exclude:  # a name's line break stays commented
+        lines.append(as_comment(f"ModelOpt: --nodes_to_exclude {shlex.join(plan.exclude)}"))
     return ("\n".join(lines),)
 
 

@@ -218,7 +218,7 @@ def auto_lead(result: AutoResult) -> list[Section]:
     tried = tuple(f"{r.repair} (tried, {'kept' if r.kept else 'not kept'}): {result.metric} "
                   f"{fmt(r.before)} -> {fmt(r.after)}; {r.reason}" for r in result.repairs)
     fixes = tried + calibrator_fixes(evidence, result.exclude)
-    code = build_code(result.plan) if result.plan is not None and result.exclude else ()
+    code = build_code(result.plan) if result.plan is not None else ()  # all-INT8 models get built too
     return lead_sections(result.message, result.exclude, result.recipe.precision.value, evidence, fixes,
                          code)
 
