@@ -43,9 +43,9 @@ from quantdbg.sensitivity import (  # noqa: E402
     SensitivityReport,
     VariantEvaluator,
     analyze_sensitivity,
-    finished_report,
     suggest_calibrators,
 )
+from quantdbg.sensitivity.analyze import finished_report  # noqa: E402
 
 BUILDERS = Path("/work/shared/models")
 MODELS = ("minilm_l6_v2_text", "digits_cnn", "silero_vad_16k")

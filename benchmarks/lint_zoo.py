@@ -207,7 +207,7 @@ def qdq_counts(path: Path, fp32: Path) -> dict:
         acts = [r.op_type for dq in dqs for r in by_input.get(dq.output[0], []) if r.op_type in EPILOGUE_OPS]
         if acts:
             into_activation.append([node.name or node.output[0], acts[0]])
-    from quantdbg.diagnostics import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
+    from quantdbg.diagnostics.lint_rules import FLOAT_ONLY_OPS, INT8_CAPABLE_OPS
 
     # Readers of a DQ that the lint's op tables do not classify: no rule speaks about them.
     known = INT8_CAPABLE_OPS | FLOAT_ONLY_OPS | {"DequantizeLinear"}
@@ -247,7 +247,7 @@ def add_context(path: Path, adds: list[str]) -> dict[str, dict]:
     the weighted op reaching a float input through a bias Add (MatMul -> Add(constant) -> this Add)."""
     import onnx
 
-    from quantdbg.model import name_nodes
+    from quantdbg.model.names import name_nodes
 
     graph = name_nodes(onnx.load(str(path), load_external_data=False)).graph
     consts = {i.name for i in graph.initializer}

@@ -35,14 +35,9 @@ from quantdbg.qdq import (  # noqa: E402
     QuantizedModel,  # noqa: E402
     quantize,  # noqa: E402
 )
-from quantdbg.sensitivity import (  # noqa: E402
-    MODES,
-    SensitivityConfig,
-    SensitivityReport,
-    VariantEvaluator,
-    analyze_sensitivity,
-    finished_report,
-)
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity  # noqa: E402
+from quantdbg.sensitivity.analyze import finished_report  # noqa: E402
+from quantdbg.sensitivity.config import MODES  # noqa: E402
 
 MODELS = ("digits_cnn", "minilm_l6_v2_text", "silero_vad_16k")
 SETTINGS = {  # model -> (calibration, placement, what isolated / leave-one-out rank by)

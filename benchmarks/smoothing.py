@@ -35,15 +35,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _bench import git_commit, machine  # noqa: E402
 
-from quantdbg.calibration import (  # noqa: E402
-    SmoothingConfig,
-    SmoothingResult,
-    apply_smoothing,
-    collect_channel_absmax,
-    smoothing_targets,
-)
+from quantdbg.calibration import SmoothingConfig, SmoothingResult  # noqa: E402
+from quantdbg.calibration.smoothing.apply import apply_smoothing, smoothing_targets  # noqa: E402
+from quantdbg.calibration.smoothing.measure import collect_channel_absmax  # noqa: E402
 from quantdbg.config import CalibConfig, QuantConfig  # noqa: E402
-from quantdbg.model import load_model, name_nodes, save_model  # noqa: E402
+from quantdbg.model import load_model, save_model  # noqa: E402
+from quantdbg.model.names import name_nodes  # noqa: E402
 from quantdbg.qdq import quantize  # noqa: E402
 
 NAME = "minilm_l6_v2_text"

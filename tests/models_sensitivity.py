@@ -15,7 +15,8 @@ import onnxruntime as ort
 from models import _const, _finish, _rng
 
 from quantdbg.calibration import CalibrationResult, TensorRange
-from quantdbg.model import load_model, name_nodes
+from quantdbg.model import load_model
+from quantdbg.model.names import name_nodes
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
 

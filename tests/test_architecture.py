@@ -12,8 +12,8 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "quantdbg"
 
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "_version", "_exports", "_optional", "_io", "_json", "_progress", "_display", "quant_math",
-     "config", "_fingerprint", "_journal", "execution"),
+    ("errors", "_version", "_optional", "_io", "_json", "_progress", "_display", "quant_math",
+     "_calibrator_specs", "config", "_fingerprint", "_journal", "execution"),
     ("model",),
     ("data",),
     ("placement",),
@@ -45,7 +45,7 @@ ALLOWED_DYNAMIC: dict[tuple[str, str], str] = {
         "on the first lookup, so results lower in the pipeline never import the report package",
     ("quantdbg._optional", "load"):
         "the loader of optional third-party dependencies; its callers are checked to name no quantdbg module",
-    ("quantdbg.cli", "build_parser"):
+    ("quantdbg.cli.app", "build_parser"):
         "the subcommand modules, one per command, named in _COMMAND_MODULES (all in the cli stage)",
     ("quantdbg.calibration.calibrators.base", "_load_builtins"):
         "the calibrator registry imports the built-in calibrators on the first lookup, as it loads plugins; "

@@ -1,22 +1,28 @@
 """quantdbg: INT8 post-training quantization of ONNX models for TensorRT, and its debugging.
 
 The public API is re-exported here lazily, so ``import quantdbg`` stays cheap and never imports
-an optional dependency.
+an optional dependency. The step-by-step pieces are in their packages (``quantdbg.calibration``,
+``quantdbg.placement``, ``quantdbg.qdq``, ``quantdbg.backends``, ...), each with its own ``__all__``.
 """
-from __future__ import annotations
-
-import importlib
-from typing import Any
+from typing import Any as _Any
 
 from quantdbg import _display
 from quantdbg._version import __version__ as __version__
 
-# Results render in notebooks through the display hook; the report package fills it when first asked.
-_display.add_provider("quantdbg.report.display")
+__all__ = [
+    "AutoConfig", "AutoResult", "BackendError", "CalibConfig", "CalibrationResult", "ConfigError",
+    "DataError", "DoctorConfig", "DoctorReport", "FallbackConfig", "FallbackPlan", "FallbackTarget",
+    "FormatError", "LintReport", "LocalExecutor", "MissingDependencyError", "ModelError",
+    "NotCalibratedError", "OutputError", "Precision", "QuantConfig", "QuantDbgError", "QuantDbgWarning",
+    "QuantizedModel", "RayExecutor", "ReportBundle", "SensitivityConfig", "SensitivityReport",
+    "analyze_sensitivity", "auto", "auto_fallback", "calibrate", "diagnose", "insert_qdq", "lint",
+    "load_embedded", "load_model", "load_npz", "load_result", "plan_qdq", "quantize", "read_trt_cache",
+    "records_from_model", "register_calibrator", "remove_qdq", "run_demo", "save_model", "search_fallback",
+    "write_report", "write_trt_cache",
+]
 
-# The documented API, by the package that owns each name; everything else is reachable through its
-# package (quantdbg.calibration, quantdbg.placement, quantdbg.qdq, quantdbg.backends, ...).
-_API: dict[str, tuple[str, ...]] = {
+# The package that owns each name of __all__, imported on first use.
+_HOMES: dict[str, tuple[str, ...]] = {
     "quantdbg.errors": ("QuantDbgError", "ModelError", "DataError", "ConfigError", "FormatError",
                         "MissingDependencyError", "BackendError", "OutputError", "NotCalibratedError",
                         "QuantDbgWarning"),
@@ -36,18 +42,19 @@ _API: dict[str, tuple[str, ...]] = {
     "quantdbg.report": ("write_report", "load_result", "ReportBundle"),
     "quantdbg.demo": ("load_embedded", "run_demo"),
 }
-_EXPORTS = {name: module for module, names in _API.items() for name in names}
+
+# Results render in notebooks through the display hook; the report package fills it when first asked.
+_display.add_provider("quantdbg.report.display")
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+def __getattr__(name: str) -> _Any:
+    home = next((module for module, names in _HOMES.items() if name in names), None)
+    if home is None:
         raise AttributeError(f"module 'quantdbg' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    from importlib import import_module
+
+    return getattr(import_module(home), name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
-
-
-__all__ = sorted(_EXPORTS)
+    return sorted([*__all__, "__version__"])

@@ -19,6 +19,7 @@ Renderer = Callable[[Any], Any]
 _HTML: dict[type, Renderer] = {}
 _FRAMES: dict[type, Renderer] = {}
 _TEXTS: dict[type, Renderer] = {}
+_MARKDOWN: dict[type, Renderer] = {}
 MAX_REPR = 400
 """Longest short repr (a result's full content is in its JSON, HTML and DataFrame)."""
 _PROVIDERS: list[str] = []
@@ -32,9 +33,9 @@ def add_provider(module: str) -> None:
 
 
 def register(cls: type, *, html: Renderer | None = None, frame: Renderer | None = None,
-             text: Renderer | None = None) -> None:
-    """Registers the HTML, DataFrame and/or short-repr renderer of a result type."""
-    for table, renderer in ((_HTML, html), (_FRAMES, frame), (_TEXTS, text)):
+             text: Renderer | None = None, markdown: Renderer | None = None) -> None:
+    """Registers the HTML, DataFrame, short-repr and/or Markdown renderer of a result type."""
+    for table, renderer in ((_HTML, html), (_FRAMES, frame), (_TEXTS, text), (_MARKDOWN, markdown)):
         if renderer is not None:
             table[cls] = renderer
 
@@ -79,8 +80,21 @@ def frame(obj: Any) -> Any:
     return renderer(obj)
 
 
+def markdown(obj: Any) -> str:
+    """The Markdown report of a result.
+
+    Raises:
+        TypeError: No Markdown renderer is registered for its type.
+    """
+    renderer = _lookup(_MARKDOWN, obj)
+    if renderer is None:
+        raise TypeError(f"{type(obj).__name__} has no Markdown form.")
+    return str(renderer(obj))
+
+
 class Displayable:
-    """Gives a result its short ``__repr__``, ``_repr_html_`` and ``to_dataframe()`` through this hook.
+    """Gives a result its short ``__repr__``, ``_repr_html_``, ``to_dataframe()`` and ``to_markdown()``
+    through this hook.
 
     A dataclass using it passes ``repr=False``, or the generated field dump would replace the short
     repr.
@@ -101,3 +115,8 @@ class Displayable:
             MissingDependencyError: pandas is not installed.
         """
         return frame(self)
+
+    def to_markdown(self) -> str:
+        """The result's Markdown report: the same as :func:`quantdbg.report.render_markdown` (one
+        renderer for every Markdown quantdbg writes)."""
+        return markdown(self)

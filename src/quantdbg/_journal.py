@@ -283,8 +283,8 @@ def _is_torn_header(data: bytes) -> bool:
 
 def _header(path: Path, line: bytes, raw: bytes) -> dict[str, Any]:
     try:
-        header = json.loads(line)
-    except (ValueError, RecursionError):
+        header = _json.parse(line, repr(str(path)))
+    except FormatError:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         _not_a_journal(path, raw)
@@ -320,8 +320,8 @@ def _changed(path: Path, line: int) -> ConfigError:
 def _not_a_journal(path: Path, raw: bytes) -> None:
     """Raises the error for a file that is no journal: an older quantdbg's progress file, or another."""
     try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError):
+        document = _json.parse(raw, repr(str(path)))
+    except FormatError:
         document = None
     found = document.get("format") if isinstance(document, dict) else None
     if found in _OLD_FORMATS:

@@ -16,6 +16,13 @@ top-level files, carry a ``format`` tag with a version (:func:`document`)::
 Classes get ``to_dict``/``from_dict`` (and, for documents, ``write``/``read``) from the
 :class:`Serializable` mixin instead of writing them by hand.
 
+Every file quantdbg writes is a document, and this module's registry (:func:`document`) is the one
+place that knows them: :func:`read_document` reads any of them by its tag. Files written before
+their document had a tag (calibration results, lint reports and scales files of quantdbg 0.1.0) are
+recognised here and nowhere else, by the ``untagged`` reader the class declares, and read as
+version 1 of their document. All text is parsed by :func:`parse`, which refuses nesting deeper than
+:data:`MAX_DEPTH` (no document comes near it) with a FormatError instead of a RecursionError.
+
 Conventions: non-finite floats travel as ``"nan"``/``"inf"``/``"-inf"``; enums as their values;
 tuples, lists and sets as lists; mappings with string keys as objects (others as ``[key, value]``
 pairs); NumPy arrays as nested lists, decoded to the dtype given by the field's ``json_array``
@@ -276,6 +283,7 @@ def _decode_dataclass(cls: type, data: Any, where: str) -> Any:
     if tag is not None:
         if not isinstance(data, dict):
             raise fail(where, f"an object ({cls.__name__})", data)
+        data = _tagged(cls, data)
         if data.get(_FORMAT) != tag:
             path = f"{where}.{_FORMAT}" if where else _FORMAT
             raise FormatError(f"field {path!r} is {data.get(_FORMAT)!r}, expected {tag!r}")
@@ -335,14 +343,28 @@ def _floats(data: list[Any], dtype: np.dtype | None) -> list[Any]:
 # Documents: top-level files with a format tag
 # --------------------------------------------------------------------------------------------
 
+Untagged = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+"""Recognises a document's untagged form (written before it had a tag): the fields to read as
+version 1, or None when the data is not that document."""
+
 _DOCUMENTS: dict[str, type] = {}
+_UNTAGGED: dict[str, Untagged] = {}
 
 
-def document(name: str, version: int) -> Callable[[type[T]], type[T]]:
-    """Class decorator: the class is a document written with ``"format": "<name>/<version>"``."""
+def document(name: str, version: int, *, untagged: Untagged | None = None) -> Callable[[type[T]], type[T]]:
+    """Class decorator: the class is a document written with ``"format": "<name>/<version>"``.
+
+    Args:
+        name: The document's name (``quantdbg.<what>``).
+        version: Its version; a file of another version is refused.
+        untagged: For a document that earlier versions wrote without a tag: recognises such a
+            file (see :data:`Untagged`).
+    """
     def decorate(cls: type[T]) -> type[T]:
         cls.__json_format__ = f"{name}/{version}"  # type: ignore[attr-defined]
         _DOCUMENTS[name] = cls
+        if untagged is not None:
+            _UNTAGGED[name] = untagged
         return cls
     return decorate
 
@@ -374,21 +396,97 @@ def load(cls: type[T], data: Any, source: str = "<data>") -> T:
     try:
         if not isinstance(data, dict):
             raise fail("", f"a JSON object ({expected})", data)
+        data = _tagged(cls, data)
         found = data.get(_FORMAT)
         if found != expected:
             raise FormatError(f"format is {found!r}, expected {expected!r}")
         return decode(cls, data)  # type: ignore[no-any-return]
     except FormatError as err:
-        raise FormatError(f"{source}: not a valid {expected} document: {err}. Re-create it with the "
-                          "quantdbg command that wrote it.") from None
+        raise FormatError(f"{source}: not a valid {expected} document: {_clause(err)}. Re-create it with "
+                          "the quantdbg command that wrote it.") from None
+
+
+def _clause(err: Exception) -> str:
+    """An error's text without its final period, to go inside a sentence."""
+    return str(err).rstrip(".")
+
+
+def _tagged(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data``, with its tag when it is ``cls``'s untagged form from an earlier version."""
+    if _FORMAT in data:
+        return data
+    name, _, version = format_of(cls).rpartition("/")
+    reader = _UNTAGGED.get(name)
+    fields = reader(data) if reader is not None and version == "1" else None
+    return data if fields is None else {_FORMAT: format_of(cls), **fields}
+
+
+def detect(data: Any, source: str = "<data>") -> type:
+    """The document class of parsed JSON: by its ``format`` tag, or an untagged earlier form.
+
+    Only the classes imported so far are known (:func:`document_types`).
+
+    Raises:
+        FormatError: Not a JSON object, or no known document (the message names ``source`` and
+            lists the documents known).
+    """
+    if isinstance(data, dict):
+        tag = data.get(_FORMAT)
+        if tag is None:
+            found = next((_DOCUMENTS[n] for n, reader in _UNTAGGED.items() if reader(data) is not None), None)
+        else:
+            found = _DOCUMENTS.get(str(tag).rpartition("/")[0]) if isinstance(tag, str) else None
+        if found is not None:
+            return found
+        what = "no 'format' tag" if tag is None else f"format {_show(tag)}"
+    else:
+        what = f"a JSON {type(data).__name__}, not an object"
+    known = ", ".join(sorted(format_of(c) for c in _DOCUMENTS.values()))
+    raise FormatError(f"{source}: not a quantdbg document ({what}); known: {known}.")
+
+
+def read_document(path: str | os.PathLike) -> Any:
+    """Reads any document file by its tag (:func:`detect`, then :func:`load`).
+
+    Raises:
+        FormatError: Unreadable, not JSON, not a known document, or a field is wrong.
+    """
+    source = repr(os.fspath(path))
+    data = read_json(path)
+    return load(detect(data, source), data, source)
+
+
+MAX_DEPTH = 64
+"""Deepest nesting of arrays and objects :func:`parse` accepts. quantdbg's documents nest about ten
+levels; a limit far below the interpreter's recursion limit keeps every later walk (decoding,
+rendering, re-encoding) safe."""
 
 
 def parse(text: str | bytes, source: str) -> Any:
-    """``json.loads`` whose failures (syntax, nesting too deep) are FormatErrors naming ``source``."""
+    """``json.loads`` whose failures are FormatErrors naming ``source``: bad syntax or encoding,
+    nesting deeper than :data:`MAX_DEPTH`, numbers too long to convert."""
+    too_deep = FormatError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels; no quantdbg document is, "
+                           "so this file was not written by quantdbg.")
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as err:
+        data = json.loads(text)
+    except RecursionError:  # deeper than the interpreter's recursion limit: the same refusal
+        raise too_deep from None
+    except ValueError as err:  # UnicodeDecodeError is a ValueError
         raise FormatError(f"{source}: not valid JSON ({type(err).__name__}: {err}).") from None
+    if _depth_exceeds(data, MAX_DEPTH):
+        raise too_deep
+    return data
+
+
+def _depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether containers nest deeper than ``limit`` (level by level: no recursion on hostile data)."""
+    level = [data] if isinstance(data, (list, dict)) else []
+    for _ in range(limit):
+        if not level:
+            return False
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (list, dict))]
+    return bool(level)
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -430,7 +528,7 @@ class Serializable:
         try:
             return decode(cls, data)  # type: ignore[no-any-return]
         except FormatError as err:
-            raise FormatError(f"{source}: not a valid {cls.__name__}: {err}.") from None
+            raise FormatError(f"{source}: not a valid {cls.__name__}: {_clause(err)}.") from None
 
     def write(self, path: str | os.PathLike) -> Path:
         """Writes :meth:`to_dict` as JSON atomically (documents only)."""

@@ -2,9 +2,9 @@
 
 Calibrator choice is typed: a registered calibrator name (``"entropy"``) or an instance of that
 calibrator's own config dataclass (``PercentileConfig(99.9)``), never an untyped option dict.
-In JSON a choice is ``{"calibrator": name, "config": {...} | null}``; turning one into the other
-needs the calibrator registry, which sits above this module, so the registry installs the
-:class:`SpecCodec` (:func:`register_spec_codec`) when it is imported.
+In JSON a choice is ``{"calibrator": name, "config": {...} | null}``; the table of names and
+config classes (:mod:`quantdbg._calibrator_specs`) sits below this module, so a config reads and
+writes the same whatever was imported before.
 """
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from quantdbg import _json
-from quantdbg.errors import ConfigError
+from quantdbg._calibrator_specs import spec_config, spec_name
+from quantdbg.errors import ConfigError, FormatError
 from quantdbg.execution import Executor
 
 CalibratorSpec = str | Any
@@ -58,45 +59,26 @@ class CalibratorChoice(_json.Serializable):
     config: Mapping[str, Any] | None = None
 
 
-class SpecCodec(Protocol):
-    """Turns calibrator specs into :class:`CalibratorChoice` and back (the calibrator registry does)."""
-
-    def choice(self, spec: CalibratorSpec) -> CalibratorChoice:
-        """The JSON form of ``spec``; ConfigError when it names no registered calibrator."""
-        ...
-
-    def spec(self, choice: CalibratorChoice, where: str) -> CalibratorSpec:
-        """The spec ``choice`` describes; FormatError naming ``where`` when it cannot be rebuilt."""
-        ...
+def _choice(spec: CalibratorSpec) -> CalibratorChoice:
+    """The JSON form of ``spec`` (ConfigError when it names no registered calibrator)."""
+    name = spec_name(spec)
+    return CalibratorChoice(name, None if isinstance(spec, str) else _json.encode(spec))
 
 
-class _NamesOnly:
-    """The codec before the registry is imported: names pass as they are (the constructor does not
-    check them either); a config instance needs the registry that knows its class."""
+def _spec(choice: CalibratorChoice, where: str) -> CalibratorSpec:
+    """The spec ``choice`` describes: the name, or an instance of its config class.
 
-    def choice(self, spec: CalibratorSpec) -> CalibratorChoice:
-        if not isinstance(spec, str):
-            raise ConfigError(f"{type(spec).__name__} is not the config of any registered calibrator; "
-                              "register it with @register_calibrator(name, config=...).")
-        return CalibratorChoice(spec)
-
-    def spec(self, choice: CalibratorChoice, where: str) -> CalibratorSpec:
-        if choice.config is not None:
-            raise _json.fail(where, "a calibrator name (import quantdbg.calibration to read the config "
-                             f"of {choice.calibrator!r})", dict(choice.config))
+    Raises:
+        FormatError: The calibrator is not registered or its config fields do not match its
+            config class (the message names ``where``).
+    """
+    try:
+        config = spec_config(choice.calibrator)
+    except ConfigError as err:
+        raise FormatError(f"field {where!r}: {err}") from None
+    if choice.config is None:
         return choice.calibrator
-
-
-_SPEC_CODEC: list[SpecCodec] = [_NamesOnly()]
-
-
-def register_spec_codec(codec: SpecCodec) -> None:
-    """Installs the codec of calibrator specs; the calibrator registry calls this when imported."""
-    _SPEC_CODEC[:] = [codec]
-
-
-def _spec_codec() -> SpecCodec:
-    return _SPEC_CODEC[0]
+    return _json.decode(config, dict(choice.config), f"{where}.config")
 
 
 def check_shards(shards: int | None) -> None:
@@ -180,22 +162,20 @@ class CalibConfig(_json.Serializable):
 
     def __json_encode__(self) -> Any:
         """JSON form: each calibrator spec as a :class:`CalibratorChoice`, per-op/per-tensor as pairs."""
-        codec = _spec_codec()
         return _json.encode(_CalibConfigForm(
-            codec.choice(self.method), tuple((op, codec.choice(s)) for op, s in self.per_op.items()),
-            tuple((glob, codec.choice(s)) for glob, s in self.per_tensor.items()), self.num_bins,
+            _choice(self.method), tuple((op, _choice(s)) for op, s in self.per_op.items()),
+            tuple((glob, _choice(s)) for glob, s in self.per_tensor.items()), self.num_bins,
             self.max_batches, self.bias_correction or None, self.equalize or None))
 
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> CalibConfig:
         """Inverse of :meth:`__json_encode__` (FormatError naming the field for bad data)."""
         form = _json.decode(_CalibConfigForm, data, where)
-        codec = _spec_codec()
         at = f"{where}." if where else ""
-        per_op = {op: codec.spec(c, f"{at}per_op[{i}][1]") for i, (op, c) in enumerate(form.per_op)}
-        per_tensor = {glob: codec.spec(c, f"{at}per_tensor[{i}][1]")
+        per_op = {op: _spec(c, f"{at}per_op[{i}][1]") for i, (op, c) in enumerate(form.per_op)}
+        per_tensor = {glob: _spec(c, f"{at}per_tensor[{i}][1]")
                       for i, (glob, c) in enumerate(form.per_tensor)}
-        return _json.construct(cls, {"method": codec.spec(form.method, f"{at}method"), "per_op": per_op,
+        return _json.construct(cls, {"method": _spec(form.method, f"{at}method"), "per_op": per_op,
                                      "per_tensor": per_tensor, "num_bins": form.num_bins,
                                      "max_batches": form.max_batches,
                                      "bias_correction": bool(form.bias_correction),

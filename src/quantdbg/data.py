@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from quantdbg.errors import DataError, QuantDbgWarning
-from quantdbg.model import TensorSpec, input_specs
+from quantdbg.model.specs import TensorSpec, input_specs
 
 if TYPE_CHECKING:
     import onnx
@@ -426,7 +426,7 @@ def fit_to_inputs(data: CalibrationData, specs: Mapping[str, TensorSpec]) -> Cal
 
     Args:
         data: Data from :func:`as_data`.
-        specs: The model's inputs (:func:`quantdbg.model.input_specs`).
+        specs: The model's inputs (:func:`quantdbg.model.specs.input_specs`).
 
     Returns:
         ``data`` itself when it fits, else the fitted data.
@@ -516,7 +516,7 @@ def check_feed(feed: Feed, specs: Mapping[str, TensorSpec], where: str = "feed",
 
     Args:
         feed: Input name -> array.
-        specs: The model's inputs, from :func:`quantdbg.model.input_specs`.
+        specs: The model's inputs, from :func:`quantdbg.model.specs.input_specs`.
         where: Names the feed in messages, e.g. ``"calibration batch 3"``.
         first_sample: The index of the feed's first sample in the whole data, for messages (None:
             samples are counted within the feed).

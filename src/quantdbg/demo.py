@@ -1,4 +1,5 @@
-"""The embedded default model: a small CNN trained on scikit-learn's UCI digits, with its data.
+"""The embedded default model: a small CNN trained on scikit-learn's UCI digits, with its data, and
+the demo: :func:`quantdbg.auto` on it, with a printout (``quantdbg demo``).
 
 The package ships ``_data/digits_cnn.onnx`` (trained by ``examples/train_digits.py``) and
 ``_data/digits.npz``, which stores the raw 8x8 scans as uint8 (0..16) to stay small; the
@@ -23,6 +24,10 @@ from quantdbg.errors import ConfigError, DataError, ModelError
 
 if TYPE_CHECKING:
     from quantdbg.backends.tensorrt import TrtConfig
+    from quantdbg.pipeline import AutoConfig, AutoResult
+    from quantdbg.qdq import QuantizedModel
+    from quantdbg.report import ReportBundle
+    from quantdbg.sensitivity import LayerSensitivity
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -157,6 +162,7 @@ def export_demo(out_dir: str | os.PathLike) -> dict[str, Path]:
 def _write_exported(staged: Mapping[str, Path], emb: EmbeddedModel) -> None:
     """Writes the files of :func:`export_demo` at their ``staged`` paths."""
     write_bytes_atomic(staged["model.onnx"], emb.model_path.read_bytes())
+    # Any: NumPy's stubs check savez's arrays against its keyword allow_pickle (a bool).
     arrays: dict[str, dict[str, Any]] = {"calib.npz": emb.calib,
                                          "eval.npz": {**emb.eval_inputs, LABELS_KEY: emb.labels}}
     for name, content in arrays.items():
@@ -166,22 +172,34 @@ def _write_exported(staged: Mapping[str, Path], emb: EmbeddedModel) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The whole job in one call
+# The demo: quantdbg.auto on the embedded model, with a printout
 # --------------------------------------------------------------------------------------------
 
 DEMO_MIN_SQNR_DB = 42.0
-"""The demo's fallback target: logits within 42 dB SQNR of FP32 (entropy INT8 gives about 35)."""
+"""The demo's target: logits within 42 dB SQNR of FP32. Default INT8 (entropy) gives about 35 dB and
+the INT8 repairs about 41, so the demo shows the whole job: repairs, ranking and the fallback search."""
+
+FINAL_FILE = "digits_cnn_final.onnx"
+"""The final model :func:`run_demo` writes (mixed precision when layers left INT8)."""
+
+RUN_FILES = ("report.html", "report.md", "report.json", "digits_cnn_int8.onnx", FINAL_FILE, "plan.json",
+             *EXPORT_FILES)
+"""The files :func:`run_demo` writes, in its folder (those of :func:`export_demo` too): the report, the
+default INT8 and the final model, and the flow's result (``plan.json``, what ``quantdbg apply`` reads)."""
+
+_CULPRITS = 3
+"""Layers the printout names from the ranking."""
 
 
 @dataclass(frozen=True)
 class VariantScore:
-    """One variant of the embedded model on the evaluation set.
+    """One model of the demo on the evaluation set.
 
     Attributes:
-        name: ``"FP32"``, ``"INT8"`` or ``"mixed"``.
+        name: ``"FP32"``, ``"INT8"`` (the default INT8 model the flow started from) or ``"final"``.
         int8_layers: Layers computing in INT8.
-        top1: Top-1 accuracy against the labels.
-        sqnr_db: Logits SQNR against FP32 (dB; inf for FP32 itself).
+        top1: Top-1 accuracy against the digit labels.
+        sqnr_db: Logits SQNR against FP32 (dB; inf for FP32 itself), as the flow measured it.
     """
 
     name: str
@@ -192,61 +210,58 @@ class VariantScore:
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What :func:`run_demo` measured and wrote.
+    """What :func:`run_demo` found and wrote.
 
     Attributes:
-        scores: FP32, INT8 and mixed precision on the evaluation set.
-        n_layers: Quantizable layers of the model.
-        culprits: Most sensitive layers (isolated ranking), with their isolated output SQNR (dB).
-        excluded: Layers the fallback plan keeps out of INT8.
-        bundle: Every result, ready for :mod:`quantdbg.report`.
-        files: Files written (report.html/.md/.json, the INT8 and mixed models, the plan, and the
-            files of :func:`export_demo` its build commands read), by name.
+        auto: The flow's result: verdict, repairs, ranking, plan with its build commands, final model.
+        scores: FP32, default INT8 and the final model on the evaluation set.
+        report: The report: the scores table, then the flow's result.
+        files: Files written (:data:`RUN_FILES`), by name; empty when nothing was written.
         seconds: Wall time.
         n_calib_samples: Calibration samples.
         n_eval_samples: Evaluation samples.
     """
 
+    auto: AutoResult
     scores: tuple[VariantScore, ...]
-    n_layers: int
-    culprits: tuple[tuple[str, float], ...]
-    excluded: tuple[str, ...]
-    bundle: Any
+    report: ReportBundle
     files: Mapping[str, Path]
     seconds: float
-    n_calib_samples: int = 0
-    n_eval_samples: int = 0
+    n_calib_samples: int
+    n_eval_samples: int
+
+    @property
+    def culprits(self) -> tuple[LayerSensitivity, ...]:
+        """The most sensitive layers of the flow's ranking (none when no ranking was needed)."""
+        return () if self.auto.report is None else self.auto.report.layers[:_CULPRITS]
 
     def summary_text(self) -> str:
-        """A short table of the results (what ``quantdbg demo`` prints)."""
+        """The table and the flow's decisions (what ``quantdbg demo`` prints)."""
         lines = [f"{'model':<9} {'INT8 layers':>11} {'top-1':>8} {'logits SQNR vs FP32':>20}"]
         for s in self.scores:
             sqnr = "-" if math.isinf(s.sqnr_db) else f"{s.sqnr_db:.1f} dB"
-            count = f"{s.int8_layers}/{self.n_layers}"
+            count = f"{s.int8_layers}/{self.auto.n_layers}"
             lines.append(f"{s.name:<9} {count:>11} {100 * s.top1:>7.2f}% {sqnr:>20}")
-        lines.append("top culprit layers (output SQNR with only that layer in INT8): "
-                     + ", ".join(f"{name} {value:.1f} dB" for name, value in self.culprits))
-        lines.append("kept out of INT8 by the fallback search: " + (", ".join(self.excluded) or "none"))
+        kept = [f"{r.repair} ({r.before:.1f} -> {r.after:.1f} dB)" for r in self.auto.repairs
+                if r.kept and r.after is not None]
+        lines.append("INT8 repairs kept: " + (", ".join(kept) or "none"))
+        if self.culprits:
+            lines.append("top culprit layers (output SQNR with only that layer in INT8): "
+                         + ", ".join(f"{layer.node} {layer.value:.1f} dB" for layer in self.culprits))
+        lines.append("kept out of INT8 by the fallback search: " + (", ".join(self.auto.exclude) or "none"))
+        lines.append(self.auto.message)
         return "\n".join(lines) + "\n"
-
-
-def _top1(model: Any, inputs: Mapping[str, np.ndarray], labels: np.ndarray,
-          threads: int) -> tuple[float, np.ndarray]:
-    from quantdbg.backends import OnnxrtRunner, OrtConfig
-
-    with OnnxrtRunner(model, OrtConfig(intra_op_num_threads=threads)) as runner:
-        logits = runner.infer(inputs)[OUTPUT_NAME]
-    return float((logits.argmax(axis=1) == labels).mean()), logits
 
 
 def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = DEMO_MIN_SQNR_DB,
              threads: int = 0, progress: bool = False, engine: TrtConfig | None = None) -> DemoResult:
-    """Calibrates, analyzes, falls back and reports on the embedded digits CNN.
+    """Runs :func:`quantdbg.auto` on the embedded digits CNN and scores its models on the digit labels.
 
     Args:
-        out_dir: Existing folder for the report and models, and the files of :func:`export_demo`
-            (the FP32 model and calibration data ModelOpt's command reads; None: nothing is written).
-        min_sqnr_db: Fallback target: logits SQNR against FP32 in dB.
+        out_dir: Existing folder for the report, the models, the flow's result and the files of
+            :func:`export_demo` (those the build commands and ``quantdbg apply`` read); None: nothing
+            is written.
+        min_sqnr_db: The target: logits SQNR against FP32 in dB.
         threads: ONNX Runtime intra-op threads (0: all cores).
         progress: Show progress bars.
         engine: The build commands' TensorRT profile and settings
@@ -254,52 +269,44 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
             command).
 
     Returns:
-        The scores, culprits, layers kept out of INT8, the report bundle and the files written.
+        The flow's result, the scores table, the report and the files written.
 
     Raises:
-        ConfigError: ``out_dir`` does not exist.
+        ConfigError: ``out_dir`` does not exist, or a bad setting.
     """
-    from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-    from quantdbg.data import DEFAULT_BATCH_SIZE
-    from quantdbg.diagnostics import DoctorConfig, diagnose
-    from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+    from quantdbg.fallback import FallbackTarget
+    from quantdbg.pipeline import auto
     from quantdbg.qdq import quantize
-    from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
     start = time.perf_counter()
     folder = _out_folder(out_dir)
     emb = load_embedded()
-    qmodel = quantize(emb.model_path, emb.calib, progress=progress)
-    factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=threads))
-    # Isolated ranking: on 8 layers it costs 9 passes and ranks by the very metric of the target.
-    config = FallbackConfig(SensitivityConfig(mode="isolated", progress=progress))
-    with VariantEvaluator(emb.model_path, qmodel, emb.eval_inputs, runner_factory=factory) as evaluator:
-        found = auto_fallback(evaluator, FallbackTarget.min_sqnr(min_sqnr_db), config)
-    plan, ranking = found.plan, found.report
-    mixed = found.mixed if found.mixed is not None else qmodel
-    doctor = diagnose(emb.model_path, emb.calib, emb.eval_inputs, DoctorConfig(threads=threads),
-                      progress=progress)
-    n_layers = len(qmodel.layers)
-    scores = _scores(emb, qmodel.model, mixed.model, n_layers, len(mixed.excluded), threads)
+    config = _auto_config(threads, progress, engine)
+    result = auto(emb.model_path, emb.calib, emb.eval_inputs, FallbackTarget.min_sqnr(min_sqnr_db),
+                  config=config)
+    # The default INT8 model the flow started from (the flow returns only its final model).
+    int8 = quantize(emb.model_path, emb.calib, config.calib, config.quant)
+    scores = _scores(emb, result, int8, threads)
     files = {} if folder is None else {name: folder / name for name in RUN_FILES}
     with commit_together(files) as staged:  # every file appears, or (on a failure) none
-        if staged:  # the build commands name the files written beside the plan
-            mixed.save(staged[MIXED_FILE])
+        if staged:  # the build commands name the files written beside the result
+            result = result.located(files[FINAL_FILE], source=files["model.onnx"],
+                                    calibration_data=files["calib.npz"])
             _write_exported(staged, emb)
-            plan = plan.with_build(files[MIXED_FILE], emb.eval_inputs, config=engine,
-                                   batch_size=DEFAULT_BATCH_SIZE, source=files["model.onnx"],
-                                   calibration_data=files["calib.npz"], graph=staged[MIXED_FILE])
-        bundle = _bundle(scores, ranking, plan, qmodel.calibration, doctor, min_sqnr_db)
-        _write(staged, bundle, qmodel, plan)
-    culprits = tuple((layer.node, layer.value) for layer in ranking.layers[:3])
-    return DemoResult(scores, n_layers, culprits, tuple(mixed.excluded), bundle, files,
-                      round(time.perf_counter() - start, 2), len(emb.calib[INPUT_NAME]), len(emb.labels))
+        report = _report(scores, result, min_sqnr_db)
+        _write(staged, report, int8, result)
+    return DemoResult(result, scores, report, files, round(time.perf_counter() - start, 2),
+                      len(emb.calib[INPUT_NAME]), len(emb.labels))
 
 
-MIXED_FILE = "digits_cnn_mixed.onnx"
-RUN_FILES = ("report.html", "report.md", "report.json", "digits_cnn_int8.onnx", MIXED_FILE,
-             "fallback_plan.json", *EXPORT_FILES)
-"""The files :func:`run_demo` writes, in its folder (those of :func:`export_demo` too)."""
+def _auto_config(threads: int, progress: bool, engine: TrtConfig | None) -> AutoConfig:
+    """The flow's settings: an isolated ranking (on 8 layers, 9 passes ranking by the target's own metric)."""
+    from quantdbg.fallback import FallbackConfig
+    from quantdbg.pipeline import AutoConfig
+    from quantdbg.sensitivity import SensitivityConfig
+
+    return AutoConfig(fallback=FallbackConfig(SensitivityConfig(mode="isolated")), threads=threads,
+                      progress=progress, engine=engine)
 
 
 def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
@@ -311,40 +318,54 @@ def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
     return folder
 
 
-def _scores(emb: EmbeddedModel, int8: Any, mixed: Any, n_layers: int, n_excluded: int,
+def _scores(emb: EmbeddedModel, result: AutoResult, int8: QuantizedModel,
             threads: int) -> tuple[VariantScore, ...]:
-    """FP32, INT8 and mixed precision: top-1 on the evaluation set, and logits SQNR against FP32."""
-    from quantdbg.evaluation import compare_arrays
+    """FP32, default INT8 and final model: top-1 on the evaluation set; the flow's logits SQNR."""
+    from quantdbg.backends import OnnxrtRunner, OrtConfig
+    from quantdbg.evaluation import Accuracy
 
-    fp_top1, ref = _top1(str(emb.model_path), emb.eval_inputs, emb.labels, threads)
-    found = [VariantScore("FP32", 0, fp_top1, math.inf)]
-    for name, model, count in (("INT8", int8, n_layers), ("mixed", mixed, n_layers - n_excluded)):
-        top1, logits = _top1(model, emb.eval_inputs, emb.labels, threads)
-        found.append(VariantScore(name, count, top1, float(compare_arrays(ref, logits).sqnr_db)))
-    return tuple(found)
+    assert result.model is not None  # a run always ends with a model
+    accuracy = Accuracy(emb.labels, OUTPUT_NAME)
+    models = (str(emb.model_path), int8.model, result.model.model)
+    outputs = []
+    for model in models:
+        with OnnxrtRunner(model, OrtConfig(intra_op_num_threads=threads)) as runner:
+            outputs.append(runner.infer(emb.eval_inputs))
+    top1 = [accuracy.from_outputs(out, outputs[0]) for out in outputs]
+    n = result.n_layers
+    return (VariantScore("FP32", 0, top1[0], result.fp32_value),
+            VariantScore("INT8", n, top1[1], result.int8_value),
+            VariantScore("final", n - len(result.exclude), top1[2], result.final_value))
 
 
-def _bundle(scores: tuple[VariantScore, ...], ranking: Any, plan: Any, calibration: Any, doctor: Any,
-            min_sqnr_db: float) -> Any:
+def _report(scores: tuple[VariantScore, ...], result: AutoResult, min_sqnr_db: float) -> ReportBundle:
     from quantdbg.diagnostics import Evidence
     from quantdbg.report import ReportBundle
 
     summary = Evidence(("model", "layers in INT8", "top-1", "logits SQNR vs FP32 (dB)"),
                        tuple((s.name, s.int8_layers, s.top1, s.sqnr_db) for s in scores))
-    notes = (f"The embedded digits CNN (scikit-learn's UCI digits, {len(ranking.layers)} quantizable layers) "
-             "calibrated with the entropy calibrator, ranked layer by layer (isolated: only that layer in "
-             "INT8), then searched for the smallest set of layers to keep out of INT8 (in FP16) reaching "
-             f"logits SQNR >= {min_sqnr_db:g} dB.",
-             plan.message)
-    return ReportBundle("quantdbg demo: digits CNN", (calibration, ranking, plan, doctor), summary, notes)
+    note = (f"quantdbg.auto on the embedded digits CNN (scikit-learn's UCI digits, {result.n_layers} "
+            f"quantizable layers), target logits SQNR >= {min_sqnr_db:g} dB: entropy calibration, the INT8 "
+            "repairs, a ranking of the layers (isolated: only that layer in INT8), then the fewest layers "
+            "kept out of INT8. INT8 is the default INT8 model the flow started from; top-1 is against "
+            "the digit labels.")
+    return ReportBundle("quantdbg demo: digits CNN", (result,), summary, (note,))
 
 
-def _write(staged: Mapping[str, Path], bundle: Any, qmodel: Any, plan: Any) -> None:
-    """Writes the report, the INT8 model and the plan at their ``staged`` paths (none: nothing)."""
+def _write(staged: Mapping[str, Path], report: ReportBundle, int8: QuantizedModel,
+           result: AutoResult) -> None:
+    """Writes the report, both models and the flow's result at their ``staged`` paths (none: nothing)."""
     if not staged:
         return
     from quantdbg.report import write_report
 
-    write_report(bundle, html=staged["report.html"], markdown=staged["report.md"], json=staged["report.json"])
-    qmodel.save(staged["digits_cnn_int8.onnx"])
-    plan.write(staged["fallback_plan.json"])
+    assert result.model is not None
+    write_report(report, html=staged["report.html"], markdown=staged["report.md"], json=staged["report.json"])
+    int8.save(staged["digits_cnn_int8.onnx"])
+    result.model.save(staged[FINAL_FILE])
+    result.write(staged["plan.json"])
+
+
+__all__ = ["DEMO_MIN_SQNR_DB", "EXPORT_FILES", "FINAL_FILE", "INPUT_NAME", "OUTPUT_NAME", "RUN_FILES",
+           "DemoResult", "EmbeddedModel", "VariantScore", "export_demo", "load_embedded", "preprocess_digits",
+           "run_demo"]

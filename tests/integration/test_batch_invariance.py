@@ -16,7 +16,7 @@ from quantdbg.calibration.stats import SamplePeak, TensorStats
 from quantdbg.config import CalibConfig
 from quantdbg.data import ArrayData, load_npz
 from quantdbg.demo import load_embedded
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 
 METHODS = ("minmax", "entropy", "percentile", "mse")
 

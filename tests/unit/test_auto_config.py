@@ -13,17 +13,14 @@ from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import FallbackConfig
 from quantdbg.pipeline import (
-    REPAIRS,
     AutoConfig,
     BiasCorrectionRepairConfig,
     CalibratorRepairConfig,
-    ChannelRange,
     EqualizeRepairConfig,
-    RepairRecord,
-    SmoothingStep,
     SmoothQuantRepairConfig,
-    TensorChoice,
 )
+from quantdbg.pipeline.config import REPAIRS
+from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
 from quantdbg.sensitivity import SensitivityConfig
 
 

@@ -11,20 +11,15 @@ import numpy as np
 import pytest
 
 from quantdbg._journal import Journal
-from quantdbg.calibration import SmoothingConfig, calibrate, get_calibrator
+from quantdbg.calibration import SmoothingConfig, calibrate
+from quantdbg.calibration.calibrators.base import get_calibrator
 from quantdbg.config import CalibConfig, TensorKind
 from quantdbg.data import ArrayData
 from quantdbg.evaluation import OutputMetric
-from quantdbg.model import as_loaded
-from quantdbg.pipeline import (
-    REPAIR_PASSES,
-    AutoConfig,
-    AutoContext,
-    CalibratorRepair,
-    SmoothQuantRepair,
-    SmoothQuantRepairConfig,
-    with_per_tensor,
-)
+from quantdbg.model.load import as_loaded
+from quantdbg.pipeline import AutoConfig, SmoothQuantRepairConfig
+from quantdbg.pipeline.context import AutoContext
+from quantdbg.pipeline.repairs import REPAIR_PASSES, CalibratorRepair, SmoothQuantRepair, with_per_tensor
 from quantdbg.quant_math import nsr
 
 ONE_THREAD = AutoConfig(threads=1)

@@ -10,8 +10,12 @@ import pytest
 
 from quantdbg import report
 from quantdbg.config import CalibConfig, Precision
-from quantdbg.fallback import FallbackEvaluation, FallbackPlan, FallbackTarget
-from quantdbg.pipeline import AutoRecipe, AutoResult, RepairRecord, TensorChoice
+from quantdbg.fallback import FallbackPlan, FallbackTarget
+from quantdbg.fallback.plan import FallbackEvaluation
+from quantdbg.pipeline import AutoRecipe, AutoResult
+from quantdbg.pipeline.records import RepairRecord, TensorChoice
+from quantdbg.report.results import kind_of
+from quantdbg.report.sections.registry import sections_of
 
 TARGET = FallbackTarget.max_relative_loss(1.0, reference=0.9)
 CHOICE = TensorChoice("x", "entropy", "minmax", 3.2, 40.0, 1.5, 30.2)
@@ -100,7 +104,7 @@ def test_json_document_round_trips_without_the_model(tmp_path):
     assert AutoResult.from_dict(data) == result
     assert AutoResult.read(result.write(tmp_path / "plan.json")) == result
     loaded = report.load_result(tmp_path / "plan.json")
-    assert type(loaded) is AutoResult and report.kind_of(loaded) == "auto"
+    assert type(loaded) is AutoResult and kind_of(loaded) == "auto"
 
 
 def _table(page: str, css_id: str) -> list[list[str]]:
@@ -112,7 +116,7 @@ def _table(page: str, css_id: str) -> list[list[str]]:
 
 def test_the_report_section_opens_with_the_verdict():
     result = _result("fallback", 0.895, ("a",), _plan("met", ("a",), 0.895, SEARCHED[:1]))
-    (verdict, *lead), (section, fallback) = ([s for s in report.sections_of(result) if s.lead == flag]
+    (verdict, *lead), (section, fallback) = ([s for s in sections_of(result) if s.lead == flag]
                                              for flag in (True, False))
     assert verdict.title == "Verdict" and verdict.paragraphs[0] == result.message
     assert verdict.items[0].startswith("a: ")  # the layer kept out of INT8, with why

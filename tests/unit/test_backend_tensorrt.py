@@ -25,13 +25,12 @@ from quantdbg.backends.tensorrt import (
     ShapeRange,
     TrtConfig,
     parse_engine_info,
-    precision_counts,
-    resolve_profile,
-    type_of_format,
     unavailable_reason,
 )
+from quantdbg.backends.tensorrt.config import resolve_profile
+from quantdbg.backends.tensorrt.inspector import precision_counts, type_of_format
 from quantdbg.errors import BackendError, ConfigError, FormatError
-from quantdbg.model import TensorSpec
+from quantdbg.model.specs import TensorSpec
 
 # A TensorRT 10 engine document shaped like the Developer Guide's example (kDETAILED verbosity).
 TRT10_DOC = {
@@ -115,7 +114,8 @@ def test_metadata_with_several_separators_and_brackets_in_names():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("not json", "not JSON"),
+    ("not json", "Engine inspector output: not valid JSON"),
+    ("[" * 100 + "]" * 100, "nested deeper than 64 levels"),
     (json.dumps({"Layers": {"a": 1}}), "expected a list"),
     (json.dumps([{"LayerType": "x"}]), "not an object with a 'Name'"),
 ])

@@ -12,18 +12,14 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg.calibration import (
-    BiasCorrections,
-    CalibrationResult,
-    calibrate,
-    correct_biases,
-    expose_tensors,
-    recalibrate,
-)
+from quantdbg.calibration import BiasCorrections, CalibrationResult, calibrate, correct_biases
+from quantdbg.calibration.collect import expose_tensors
+from quantdbg.calibration.ranges import recalibrate
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import as_model_data
 from quantdbg.errors import ModelError, NotCalibratedError
-from quantdbg.model import as_loaded, load_model
+from quantdbg.model import load_model
+from quantdbg.model.load import as_loaded
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import insert_qdq, quantize, remove_qdq
 from quantdbg.quant_math import QMAX

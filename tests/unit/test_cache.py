@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from quantdbg.calibration import CalibrationResult, TensorRange, TensorStats
-from quantdbg.errors import ConfigError, DataError
+from quantdbg.errors import ConfigError, DataError, FormatError
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.qdq import cache as cache
 
@@ -60,7 +60,8 @@ def test_cache_from_qdq_records_uses_inserted_activation_scales(tmp_path):
     qmodel = QuantizedModel(model=None, records=(record, weight))  # type: ignore[arg-type]
     text = cache.format_trt_cache(qmodel)
     assert text == "TRT-100300-EntropyCalibration2\nx: 3f000000\n"
-    assert cache.scales_json(qmodel) == {"x": {"scale": 0.5, "amax": 63.5, "method": "mse"}}
+    entry = {"scale": 0.5, "amax": 63.5, "method": "mse"}
+    assert cache.scales_of(qmodel).to_dict() == {"format": "quantdbg.scales/1", "tensors": {"x": entry}}
     (entry,) = cache.scale_entries(qmodel).values()
     assert cache.ScaleEntry.from_dict(json.loads(json.dumps(entry.to_dict()))) == entry
 
@@ -102,18 +103,30 @@ def test_scales_json_round_trip(tmp_path):
     result = _result()
     path = cache.write_scales_json(result, tmp_path / "scales.json")
     data = cache.read_scales_json(path)
-    assert data == {name: {"scale": r.scale, "amax": r.amax, "method": r.method}
-                    for name, r in result.ranges.items()}
-    assert data["block:0/relu_out"]["scale"] == float(np.float32(6.25 / 127))
+    assert data.tensors == {name: cache.ScaleEntry(r.scale, r.amax, r.method)
+                            for name, r in result.ranges.items()}
+    assert data.tensors["block:0/relu_out"].scale == float(np.float32(6.25 / 127))
+    assert json.loads(path.read_text())["format"] == "quantdbg.scales/1"
+
+
+def test_a_scales_file_of_the_previous_version_still_reads(tmp_path):
+    # quantdbg 0.1.0 wrote tensor name -> entry with no tag; the codec recognises that form, and only it.
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"x": {"scale": 0.5, "amax": 63.5, "method": "mse"}}))
+    assert cache.read_scales_json(path).tensors == {"x": cache.ScaleEntry(0.5, 63.5, "mse")}
+    path.write_text(json.dumps({"x": {"amax": 63.5}}))
+    with pytest.raises(FormatError, match=r"not a valid quantdbg.scales/1 document: format is None"):
+        cache.read_scales_json(path)
 
 
 def test_scales_json_errors(tmp_path):
     bad = tmp_path / "bad.json"
-    bad.write_text('{"x": {"amax": 1.0}}')
-    with pytest.raises(DataError, match="tensor 'x' needs a finite positive 'scale'"):
+    bad.write_text(json.dumps({"format": "quantdbg.scales/1",
+                               "tensors": {"x": {"scale": 0, "amax": 1.0, "method": None}}}))
+    with pytest.raises(FormatError, match="tensor 'x' needs a finite positive 'scale'"):
         cache.read_scales_json(bad)
     bad.write_text("[1, 2")
-    with pytest.raises(DataError, match="Cannot read scales file"):
+    with pytest.raises(FormatError, match=r"bad.json': not valid JSON"):
         cache.read_scales_json(bad)
 
 

@@ -10,14 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from quantdbg.calibration import (
-    CalibrationResult,
-    EntropyConfig,
-    PercentileConfig,
-    calibrate,
-    get_calibrator,
-    merge_stats,
-)
+from quantdbg.calibration import CalibrationResult, EntropyConfig, PercentileConfig, calibrate
+from quantdbg.calibration.calibrators.base import get_calibrator
+from quantdbg.calibration.stats import merge_stats
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import ArrayData
 from quantdbg.errors import ConfigError, ModelError, QuantDbgWarning
@@ -82,8 +77,9 @@ def test_result_json_round_trip(rng):
     assert again == result
     assert list(again.config.per_tensor) == ["r*", "*"]  # glob order decides, so it must survive
     assert isinstance(again.ranges, MappingProxyType) and isinstance(again.stats, MappingProxyType)
-    assert set(result.to_dict()) == {"ranges", "stats", "config", "n_batches", "n_samples", "folded_weights",
-                                     "footprint"}
+    assert set(result.to_dict()) == {"format", "ranges", "stats", "config", "n_batches", "n_samples",
+                                     "folded_weights", "footprint"}
+    assert result.to_dict()["format"] == "quantdbg.calibration/1"
     assert again.footprint == result.footprint  # left out of ==: it is this run's memory
     assert result.to_dict()["ranges"]["r1"] == {"name": "r1", "lo": result.ranges["r1"].lo,
                                                 "hi": result.ranges["r1"].hi, "method": "percentile"}
@@ -147,7 +143,7 @@ def test_calibrate_leaves_the_model_untouched(rng):
 def test_a_loaded_model_is_not_checked_again(rng, monkeypatch):
     import onnx
 
-    from quantdbg.model import as_loaded
+    from quantdbg.model.load import as_loaded
 
     data = _data(rng, (4, 8, 8))
     config = CalibConfig(method="mse")

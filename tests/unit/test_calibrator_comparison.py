@@ -7,16 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from quantdbg.calibration import (
-    CalibrationResult,
-    CalibratorComparison,
-    Collector,
-    TensorStats,
-    calibrator_amaxes,
-    compare_calibrators,
-    get_calibrator,
-    histogram_sqnr,
-)
+from quantdbg.calibration import CalibrationResult, CalibratorComparison, TensorStats, compare_calibrators
+from quantdbg.calibration.calibrators.base import calibrator_amaxes, get_calibrator
+from quantdbg.calibration.compare import histogram_sqnr
+from quantdbg.calibration.stats import Collector
 from quantdbg.config import CalibConfig
 from quantdbg.errors import NotCalibratedError, QuantDbgWarning
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import entropy as scipy_entropy
 
+from quantdbg import _calibrator_specs as specs
 from quantdbg.calibration.calibrators import (
     Calibrator,
     EntropyConfig,
@@ -27,7 +28,7 @@ from quantdbg.calibration.calibrators.entropy import best_candidate, entropy_div
 from quantdbg.calibration.calibrators.mse import mse_errors
 from quantdbg.calibration.calibrators.percentile import percentile_edge
 from quantdbg.calibration.stats import TensorCollector, TensorStats
-from quantdbg.config import CalibratorChoice
+from quantdbg.config import CalibConfig, CalibratorChoice
 from quantdbg.errors import ConfigError, FormatError, QuantDbgWarning
 
 
@@ -246,8 +247,14 @@ def test_unregistered_config_and_bad_spec_are_refused():
         get_calibrator({"method": "entropy"})
 
 
+def _private_registries(monkeypatch):
+    """Registrations in a test stay in that test."""
+    monkeypatch.setattr(base, "_IMPLS", dict(base._IMPLS))
+    monkeypatch.setattr(specs, "_SPECS", dict(specs._SPECS))
+
+
 def test_name_and_config_cannot_be_registered_twice(monkeypatch):
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    _private_registries(monkeypatch)
     with pytest.raises(ConfigError, match="'entropy' is already registered"):
         @register_calibrator("entropy", config=MinMaxConfig)
         class Other(Calibrator):
@@ -259,27 +266,29 @@ def test_name_and_config_cannot_be_registered_twice(monkeypatch):
 
 
 def test_spec_json_round_trip():
-    codec = base.RegistrySpecCodec()
     for spec in ("mse", PercentileConfig(99.5, 512), EntropyConfig(start_bin=256), MseConfig()):
-        choice = codec.choice(spec)
-        again = codec.spec(CalibratorChoice.from_dict(json.loads(json.dumps(choice.to_dict()))), "method")
+        data = json.loads(json.dumps(CalibConfig(method=spec).to_dict()))
+        again = CalibConfig.from_dict(data).method
         assert again == spec and type(again) is type(spec)
-    assert codec.choice(PercentileConfig(99.5, 512)).to_dict() == {
+    assert CalibConfig(PercentileConfig(99.5, 512)).to_dict()["method"] == {
         "calibrator": "percentile", "config": {"percentile": 99.5, "num_bins": 512}}
-    assert codec.choice("mse").to_dict() == {"calibrator": "mse", "config": None}
+    assert CalibConfig("mse").to_dict()["method"] == {"calibrator": "mse", "config": None}
 
 
-def test_spec_codec_errors_name_the_spec_or_the_field():
-    codec = base.RegistrySpecCodec()
+def test_spec_errors_name_the_spec_or_the_field():
     with pytest.raises(ConfigError, match=r"^No calibrator named 'msee'\. Did you mean 'mse'\?"):
-        codec.choice("msee")
+        CalibConfig("msee").to_dict()
+    data = CalibConfig(per_op={"Conv": "mse"}).to_dict()
+    data["per_op"][0][1] = CalibratorChoice("msee").to_dict()
     with pytest.raises(FormatError) as err:
-        codec.spec(CalibratorChoice("msee"), "per_op[0][1]")
-    assert str(err.value).startswith("field 'per_op[0][1]': No calibrator named 'msee'. Did you mean 'mse'?")
+        CalibConfig.from_dict(data)
+    assert "field 'per_op[0][1]': No calibrator named 'msee'. Did you mean 'mse'?" in str(err.value)
+    data = CalibConfig().to_dict()
+    data["method"] = {"calibrator": "percentile", "config": {"percentile": 20.0}}
     with pytest.raises(FormatError) as err:
-        codec.spec(CalibratorChoice("percentile", {"percentile": 20.0}), "method")
-    assert str(err.value) == ("field 'method.config': PercentileConfig.percentile must be in (50, 100], "
-                              "got 20.0.")
+        CalibConfig.from_dict(data)
+    assert str(err.value).endswith("field 'method.config': PercentileConfig.percentile must be in (50, 100], "
+                                   "got 20.0.")
 
 
 def test_entry_point_plugins_load_lazily(tmp_path, monkeypatch, rng):
@@ -303,8 +312,8 @@ def test_entry_point_plugins_load_lazily(tmp_path, monkeypatch, rng):
         "[quantdbg.calibrators]\nhalfmax = quantdbg_halfmax_plugin:HalfMax\n"
         "broken = quantdbg_no_such_module:Nope\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
-    monkeypatch.setattr(base, "_PLUGINS_LOADED", False)
+    _private_registries(monkeypatch)
+    monkeypatch.setattr(specs, "_PLUGINS_LOADED", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cal = get_calibrator("halfmax")

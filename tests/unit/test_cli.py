@@ -11,9 +11,10 @@ import quantdbg
 from quantdbg.calibration import available_calibrators
 from quantdbg.cli import build_parser, main
 from quantdbg.config import Precision
-from quantdbg.diagnostics import CHECKS, FAIL_ON
-from quantdbg.evaluation import METRIC_NAMES
-from quantdbg.sensitivity import MODES
+from quantdbg.diagnostics import CHECKS
+from quantdbg.diagnostics.findings import FAIL_ON
+from quantdbg.evaluation.metrics import METRIC_NAMES
+from quantdbg.sensitivity.config import MODES
 
 
 def test_usage_error_is_one_line_with_status_2(capsys):

@@ -16,9 +16,10 @@ from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 from quantdbg.cli import build_parser, main
 from quantdbg.cli._options import READY_METRICS
 from quantdbg.config import Precision
-from quantdbg.pipeline import REPAIRS, AutoResult, apply_recipe
+from quantdbg.pipeline import AutoResult, apply_recipe
+from quantdbg.pipeline.config import REPAIRS
 from quantdbg.qdq import quantize
-from quantdbg.sensitivity import MODES
+from quantdbg.sensitivity.config import MODES
 
 
 @pytest.fixture(scope="module")

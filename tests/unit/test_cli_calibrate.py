@@ -47,7 +47,7 @@ def test_writes_model_cache_and_scales(files, tmp_path, capsys):
     # x is a model input: its minmax scale is max|x| / 127 over all 20 samples, in big-endian hex
     (x_scale,) = struct.unpack(">f", bytes.fromhex(by_tensor["x"]))
     assert x_scale == pytest.approx(float(np.abs(x).max()) / 127, rel=1e-6)
-    written = json.loads(scales.read_text())
+    written = json.loads(scales.read_text())["tensors"]
     assert set(written) == {"x", "r1"} and written["x"]["scale"] == pytest.approx(x_scale, rel=1e-6)
     assert model_path.read_bytes() == before
 

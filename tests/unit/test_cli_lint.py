@@ -67,9 +67,9 @@ def test_markdown_output(save, capsys):
     main(["lint", str(path), "--markdown"])
     out = capsys.readouterr().out
     assert out == lint(path).to_markdown()
-    assert "| Severity | Rule | Node | Finding | Fix |" in out
-    assert "\n| medium | `concat-scale-mismatch` | `concat` | Concat 'concat' joins inputs" in out
-    assert "High: 0, medium: 1, info: 0." in out
+    assert "| severity | rule | node | finding | fix |" in out
+    assert "\n| medium | concat-scale-mismatch | concat | Concat 'concat' joins inputs" in out
+    assert f"TensorRT Q/DQ lint of {path}: 0 high, 1 medium, 0 info." in out
 
 
 def test_skip_leaves_the_rule_out_of_the_output(save, capsys):

@@ -16,7 +16,9 @@ import pytest
 
 from quantdbg.cli import main
 from quantdbg.errors import ConfigError
-from quantdbg.model import as_loaded, data_files_of, data_path, save_model
+from quantdbg.model import save_model
+from quantdbg.model.load import as_loaded, data_files_of
+from quantdbg.model.save import data_path
 from quantdbg.qdq import quantize
 from quantdbg.report import write_report
 

@@ -36,4 +36,4 @@ def test_a_demo_run_refuses_a_folder_holding_its_report(tmp_path, capsys):
     assert capsys.readouterr().err == (f"quantdbg demo: error: --out {str(tmp_path)!r} already holds "
                                        "report.html; add --force to replace it, or choose another folder.\n")
     assert _digests(tmp_path) == before
-    assert "report.html" in RUN_FILES and "fallback_plan.json" in RUN_FILES
+    assert "report.html" in RUN_FILES and "plan.json" in RUN_FILES

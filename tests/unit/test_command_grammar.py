@@ -24,14 +24,8 @@ from tool_grammars import (
     trtexec_shapes,
 )
 
-from quantdbg.backends.tensorrt import (
-    EngineBuildSpec,
-    ShapeRange,
-    TrtConfig,
-    build_commands,
-    modelopt_command,
-    trtexec_command,
-)
+from quantdbg.backends.tensorrt import EngineBuildSpec, ShapeRange, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import modelopt_command, trtexec_command
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackTarget, search_fallback
 from quantdbg.report.sections.fallback import fallback_sections

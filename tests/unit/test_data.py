@@ -20,7 +20,8 @@ from quantdbg.data import (
     samples_in,
 )
 from quantdbg.errors import DataError, QuantDbgWarning
-from quantdbg.model import input_specs, load_model
+from quantdbg.model import load_model
+from quantdbg.model.specs import input_specs
 
 
 @pytest.fixture

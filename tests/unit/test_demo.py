@@ -1,6 +1,7 @@
-"""The embedded digits CNN and the one-call demo."""
+"""The embedded digits CNN and the demo: ``quantdbg.auto`` on it, with a printout."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from importlib import resources
@@ -12,9 +13,11 @@ import pytest
 from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 
 from quantdbg.demo import (
+    DEMO_MIN_SQNR_DB,
+    FINAL_FILE,
     INPUT_NAME,
     OUTPUT_NAME,
-    DemoResult,
+    RUN_FILES,
     VariantScore,
     export_demo,
     load_embedded,
@@ -22,6 +25,7 @@ from quantdbg.demo import (
     run_demo,
 )
 from quantdbg.errors import ConfigError, DataError
+from quantdbg.pipeline import AutoResult, apply_recipe
 from quantdbg.report import ReportBundle, load_result
 
 
@@ -76,63 +80,121 @@ def test_run_demo_refuses_a_missing_folder(tmp_path):
         run_demo(tmp_path / "nope")
 
 
-def test_run_demo_meets_its_target_and_writes_only_its_folder(tmp_path):
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
     pytest.importorskip("matplotlib", reason="the demo's HTML report needs the [report] extra (matplotlib)")
-    result = run_demo(tmp_path, min_sqnr_db=40.0, threads=1)
-    fp32, int8, mixed = result.scores
-    assert (fp32.name, int8.name, mixed.name) == ("FP32", "INT8", "mixed")
-    assert math.isinf(fp32.sqnr_db) and mixed.sqnr_db >= 40.0 > int8.sqnr_db
-    assert int8.int8_layers == result.n_layers == mixed.int8_layers + len(result.excluded)
-    assert result.excluded and result.excluded[0] == result.culprits[0][0]  # the worst layer goes first
-    assert abs(int8.top1 - fp32.top1) <= 0.005  # INT8 entropy within 0.5 points of FP32
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(result.files)
-    again = load_result(tmp_path / "report.json")
-    assert isinstance(again, ReportBundle) and again.summary.rows[2][1] == mixed.int8_layers
-    mixed_model = onnx.load(str(tmp_path / "digits_cnn_mixed.onnx"))
-    dq_outputs = {o for n in mixed_model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
-    fed_by_dq = {n.name for n in mixed_model.graph.node if set(n.input) & dq_outputs}
-    weighted = {n.name for n in mixed_model.graph.node if n.op_type in ("Conv", "Gemm")}
-    assert not set(result.excluded) & fed_by_dq  # excluded layers lost their Q/DQ pairs
-    assert weighted - set(result.excluded) <= fed_by_dq  # every other layer kept them
-    text = result.summary_text()
-    assert all(name in text for name in result.excluded)
-    # conv2/Conv reads `relu`, whose clip entropy sets several dB below mse's: the doctor says so, with
-    # the INT8 fix to try before FP16.
-    doctor = result.bundle.results[3]
-    [finding] = [f for f in doctor.findings if f.check == "calibrator_disagreement"]
-    relu = next(c for c in doctor.calibrators if c.tensor == "relu")
-    assert finding.subjects[0] == "relu" and relu.best == "mse" and relu.gain_db >= 3.0
-    assert "--per-tensor relu=mse" in finding.fix
-    plan = json.loads((tmp_path / "fallback_plan.json").read_text())
-    assert f"--onnx={tmp_path / 'digits_cnn_mixed.onnx'}" in plan["tensorrt"]["trtexec"]
+    folder = tmp_path_factory.mktemp("demo")
+    return folder, run_demo(folder, threads=1)
+
+
+def _logits(model_path) -> np.ndarray:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    # Q/DQ pairs run as written (not fused into ORT's integer kernels), as quantdbg runs them.
+    opts.add_session_config_entry("session.disable_quant_qdq", "1")
+    session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    return session.run([OUTPUT_NAME], load_embedded().eval_inputs)[0].astype(np.float64)
+
+
+def _sqnr_db(reference: np.ndarray, got: np.ndarray) -> float:
+    return float(10.0 * np.log10(np.sum(reference ** 2) / np.sum((reference - got) ** 2)))
+
+
+def test_the_demo_is_auto_and_its_table_describes_the_models_it_wrote(demo):
+    folder, result = demo
+    assert sorted(p.name for p in folder.iterdir()) == sorted(RUN_FILES) == sorted(result.files)
+    fp32, int8, final = result.scores
+    assert (fp32.name, int8.name, final.name) == ("FP32", "INT8", "final")
+    auto = result.auto
+    assert (int8.int8_layers, final.int8_layers) == (auto.n_layers, auto.n_layers - len(auto.exclude))
+    # Each row's numbers, recomputed with NumPy from the model files the demo wrote: the INT8 row is the
+    # default INT8 model the flow started from, the final row the flow's final model.
+    labels = load_embedded().labels
+    reference = _logits(folder / "model.onnx")
+    assert math.isinf(fp32.sqnr_db) and fp32.top1 == pytest.approx((reference.argmax(1) == labels).mean())
+    for row, name in ((int8, "digits_cnn_int8.onnx"), (final, FINAL_FILE)):
+        logits = _logits(folder / name)
+        assert row.sqnr_db == pytest.approx(_sqnr_db(reference, logits), abs=1e-3), name
+        assert abs(row.top1 - (logits.argmax(1) == labels).mean()) <= 1 / len(labels), name
+    assert (int8.sqnr_db, final.sqnr_db) == (auto.int8_value, auto.final_value)  # the flow's own numbers
+
+
+def test_the_demo_shows_the_whole_job(demo):
+    _, result = demo
+    auto = result.auto
+    # Repairs first, then a ranking and the fallback search: if the repairs alone ever meet the target,
+    # raise DEMO_MIN_SQNR_DB so the demo still shows the search.
+    assert auto.outcome == "fallback" and auto.met, auto.message
+    assert auto.int8_value <= auto.repaired_value < DEMO_MIN_SQNR_DB <= auto.final_value
+    assert auto.repairs and auto.report is not None and auto.plan is not None and auto.plan.evaluations
+    assert [layer.node for layer in result.culprits] == [layer.node for layer in auto.report.layers[:3]]
+    assert result.culprits[0].node in auto.exclude  # the worst layer is kept out of INT8
+    model = onnx.load(str(result.files[FINAL_FILE]))
+    dq_outputs = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    fed_by_dq = {n.name for n in model.graph.node if set(n.input) & dq_outputs}
+    weighted = {n.name for n in model.graph.node if n.op_type in ("Conv", "Gemm")}
+    assert not set(auto.exclude) & fed_by_dq  # excluded layers lost their Q/DQ pairs
+    assert weighted - set(auto.exclude) <= fed_by_dq  # every other layer kept them
+
+
+def test_the_demo_plan_is_the_flow_result_and_reapplies_byte_for_byte(demo, tmp_path):
+    folder, result = demo
+    plan = load_result(folder / "plan.json")
+    assert isinstance(plan, AutoResult) and plan.exclude == result.auto.exclude and plan.met
+    # `quantdbg apply plan.json model.onnx --data calib.npz` in the demo's folder re-creates its final model.
+    again = apply_recipe(folder / "model.onnx", folder / "calib.npz", folder / "plan.json")
+    again.save(tmp_path / "again.onnx")
+    assert (tmp_path / "again.onnx").read_bytes() == (folder / FINAL_FILE).read_bytes()
+    report = load_result(folder / "report.json")
+    assert isinstance(report, ReportBundle) and [type(r) for r in report.results] == [AutoResult]
+    assert report.results[0].to_dict() == plan.to_dict()
+    assert report.summary.rows == tuple((s.name, s.int8_layers, s.top1, s.sqnr_db) for s in result.scores)
+
+
+def test_the_demo_build_commands_read_the_files_beside_them(demo, tmp_path):
+    folder, result = demo
+    commands = json.loads((folder / "plan.json").read_text())["plan"]
+    assert f"--onnx={folder / FINAL_FILE}" in commands["tensorrt"]["trtexec"]
     # ModelOpt's command reads the files written beside the plan (never a path inside the package),
     # and they are the files `quantdbg demo --export` writes.
-    mo = run(plan["modelopt"]["command"], ["python", "-m", "modelopt.onnx.quantization"], modelopt())
-    assert (mo.onnx_path, mo.calibration_data_path) == (str(tmp_path / "model.onnx"),
-                                                        str(tmp_path / "calib.npz"))
-    assert mo.nodes_to_exclude == list(result.excluded)
-    (tmp_path / "exported").mkdir()
-    exported = export_demo(tmp_path / "exported")
+    mo = run(commands["modelopt"]["command"], ["python", "-m", "modelopt.onnx.quantization"], modelopt())
+    assert (mo.onnx_path, mo.calibration_data_path) == (str(folder / "model.onnx"), str(folder / "calib.npz"))
+    assert mo.nodes_to_exclude == list(result.auto.exclude)
+    exported = export_demo(tmp_path)
     for name in ("model.onnx", "calib.npz"):
-        assert (tmp_path / name).read_bytes() == exported[name].read_bytes()
+        assert (folder / name).read_bytes() == exported[name].read_bytes()
     # The profile rule of every command: any batch from 1 to the batch size the demo evaluated with (32).
-    built = run(plan["tensorrt"]["trtexec"], ["trtexec"], trtexec())
+    built = run(commands["tensorrt"]["trtexec"], ["trtexec"], trtexec())
     assert [trtexec_shapes(getattr(built, f"{w}Shapes")) for w in ("min", "opt", "max")] == [
         {INPUT_NAME: (n, 1, 16, 16)} for n in (1, 32, 32)]
 
 
-def test_summary_text_is_the_table_the_readme_shows():
+def test_run_demo_without_a_folder_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run_demo(threads=1, min_sqnr_db=30.0)  # default INT8 already meets 30 dB: no search
+    assert result.files == {} and list(tmp_path.iterdir()) == []
+    assert result.auto.outcome == "int8" and result.auto.exclude == () and result.culprits == ()
+    text = result.summary_text()
+    assert "top culprit layers" not in text
+    assert text.endswith("kept out of INT8 by the fallback search: none\n" + result.auto.message + "\n")
+
+
+def test_summary_text_is_the_table_the_readme_shows(demo):
+    _, result = demo
     scores = (VariantScore("FP32", 0, 536 / 540, math.inf), VariantScore("INT8", 8, 536 / 540, 34.94),
-              VariantScore("mixed", 6, 536 / 540, 42.81))
-    result = DemoResult(scores, 8, (("conv2/Conv", 36.04), ("fc2/Gemm", 44.8)), ("conv2/Conv", "fc2/Gemm"),
-                        bundle=None, files={}, seconds=1.0)
-    assert result.summary_text() == (
-        "model     INT8 layers    top-1  logits SQNR vs FP32\n"
-        "FP32              0/8   99.26%                    -\n"
-        "INT8              8/8   99.26%              34.9 dB\n"
-        "mixed             6/8   99.26%              42.8 dB\n"
-        "top culprit layers (output SQNR with only that layer in INT8): "
-        "conv2/Conv 36.0 dB, fc2/Gemm 44.8 dB\n"
-        "kept out of INT8 by the fallback search: conv2/Conv, fc2/Gemm\n")
-    nothing_kept = DemoResult(scores[:1], 8, (), (), bundle=None, files={}, seconds=1.0)
-    assert nothing_kept.summary_text().endswith("kept out of INT8 by the fallback search: none\n")
+              VariantScore("final", 7, 1.0, 42.81))
+    lines = dataclasses.replace(result, scores=scores).summary_text().splitlines()
+    assert lines[:4] == ["model     INT8 layers    top-1  logits SQNR vs FP32",
+                         "FP32              0/8   99.26%                    -",
+                         "INT8              8/8   99.26%              34.9 dB",
+                         "final             7/8  100.00%              42.8 dB"]
+    repairs = [r for r in result.auto.repairs if r.kept]
+    kept = ", ".join(f"{r.repair} ({r.before:.1f} -> {r.after:.1f} dB)" for r in repairs)
+    culprits = ", ".join(f"{layer.node} {layer.value:.1f} dB" for layer in result.culprits)
+    assert kept and lines[4:] == [
+        f"INT8 repairs kept: {kept}",
+        f"top culprit layers (output SQNR with only that layer in INT8): {culprits}",
+        f"kept out of INT8 by the fallback search: {', '.join(result.auto.exclude)}",
+        result.auto.message]

@@ -9,6 +9,7 @@ import pytest
 from quantdbg import _display
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+from quantdbg.report.sections.fallback import metric_label
 from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
 pandas = pytest.importorskip("pandas", reason="DataFrames need the [report] extra (pandas)")
@@ -64,7 +65,8 @@ def test_fallback_result_shows_its_plan_and_ranking(results):
     found = results["fallback_result"]
     frame = found.to_dataframe()
     assert frame.equals(found.plan.to_dataframe())
-    assert [tuple(row) for row in frame[["value", "met"]].itertuples(index=False)] == \
+    value = metric_label(found.plan)  # the values' column is named by their metric and unit
+    assert [tuple(row) for row in frame[[value, "met"]].itertuples(index=False)] == \
         [(e.value, e.met) for e in found.plan.evaluations]
     fragment = found._repr_html_()
     assert fragment.index("Verdict") < fragment.index('id="fallback-evaluations"') \
@@ -74,10 +76,11 @@ def test_fallback_result_shows_its_plan_and_ranking(results):
 @pytest.mark.parametrize("name", ["calibration", "sensitivity", "fallback", "lint", "doctor", "bundle"])
 def test_report_kinds_frame_and_html_through_the_hook(results, name):
     from quantdbg import report
+    from quantdbg.report.html import repr_html
 
     result = results[name]
     assert result.to_dataframe().equals(report.to_dataframe(result))
-    assert result._repr_html_() == report.repr_html(result)
+    assert result._repr_html_() == repr_html(result)
 
 
 def test_a_bundle_without_summary_frames_its_results(results):

@@ -10,47 +10,33 @@ import models_doctor
 import numpy as np
 import pytest
 
-from quantdbg.calibration import (
-    CalibrationResult,
-    CollectConfig,
-    Collector,
-    TensorRange,
-    collect_stats,
-    get_calibrator,
-    histogram_sqnr,
-)
+from quantdbg.calibration import CalibrationResult, CollectConfig, TensorRange, collect_stats
+from quantdbg.calibration.calibrators.base import get_calibrator
+from quantdbg.calibration.compare import histogram_sqnr
+from quantdbg.calibration.stats import Collector
 from quantdbg.config import CalibConfig, QuantConfig
-from quantdbg.diagnostics import (
-    CHECK_REGISTRY,
-    CHECKS,
-    NO_EVIDENCE,
-    CheckOutcome,
-    CheckRun,
+from quantdbg.diagnostics import CHECKS, DoctorConfig, DoctorReport, Evidence, Finding, Severity, diagnose
+from quantdbg.diagnostics.checks.base import CheckOutcome
+from quantdbg.diagnostics.checks.calibration_size import (
     ChunkedStats,
-    Confirmation,
-    DoctorConfig,
-    DoctorReport,
-    Evidence,
-    Finding,
-    LayerConfirmation,
-    MixedRange,
     ScaleStability,
-    Severity,
     bootstrap_stability,
     check_calibration_size,
-    check_calibrator_disagreement,
-    check_mixed_ranges,
-    check_qdq_fusion,
-    check_sensitive_layers,
-    check_weight_zeroing,
     collect_chunked,
-    confirm_layers,
-    diagnose,
-    format_text,
-    mixed_ranges,
-    sort_findings,
-    weight_zeroing,
 )
+from quantdbg.diagnostics.checks.calibrator_disagreement import check_calibrator_disagreement
+from quantdbg.diagnostics.checks.mixed_ranges import MixedRange, check_mixed_ranges, mixed_ranges
+from quantdbg.diagnostics.checks.qdq_fusion import check_qdq_fusion
+from quantdbg.diagnostics.checks.registry import CHECK_REGISTRY
+from quantdbg.diagnostics.checks.sensitive_layers import (
+    Confirmation,
+    LayerConfirmation,
+    check_sensitive_layers,
+    confirm_layers,
+)
+from quantdbg.diagnostics.checks.weight_zeroing import check_weight_zeroing, weight_zeroing
+from quantdbg.diagnostics.doctor import CheckRun, format_text, sort_findings
+from quantdbg.diagnostics.findings import NO_EVIDENCE
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.model import load_model
 from quantdbg.qdq import quantize
@@ -84,7 +70,7 @@ def test_weight_zeroing_matches_numpy_and_fires_for_per_tensor_scales(rng):
     assert item.per_tensor > 0.5 > item.per_channel
     [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
     assert finding.severity == "high" and finding.subjects == ("conv",)
-    assert finding.evidence.rows[0][3] == pytest.approx(per_tensor.mean())
+    assert finding.evidence.rows[0][3] == pytest.approx(100 * per_tensor.mean())  # in %
 
 
 def test_weight_zeroing_with_per_channel_scales_is_only_informative(rng):
@@ -372,7 +358,7 @@ def test_weight_zeroing_per_tensor_by_hand(rng, second, zeroed, severity):
     [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
     assert (finding.check, finding.severity, finding.score, finding.subjects) == (
         "weight_zeroing", severity, zeroed, ("conv",))
-    assert finding.evidence.rows == (("conv", "Conv", 8, zeroed, 0.0, "per-tensor"),)
+    assert finding.evidence.rows == (("conv", "Conv", 8, 100 * zeroed, 0.0, "per-tensor"),)
     assert check_weight_zeroing(load_model(model), qmodel, zeroed).findings == ()  # "above", not "at"
 
 
@@ -381,7 +367,7 @@ def test_weight_zeroing_per_channel_scales_give_only_the_info_finding(rng):
     qmodel = quantize(model, {"x": rng.standard_normal((4, 1, 4, 4), dtype=np.float32)})
     [finding] = check_weight_zeroing(load_model(model), qmodel, 0.05).findings
     assert (finding.severity, finding.score) == (Severity.INFO, 3 / 8)
-    assert finding.evidence.rows == (("conv", "Conv", 8, 3 / 8, 0.0, "per-channel"),)
+    assert finding.evidence.rows == (("conv", "Conv", 8, 100 * 3 / 8, 0.0, "per-channel"),)
     assert check_weight_zeroing(load_model(model), qmodel, 0.5).findings == ()  # per-tensor 37.5 % < 50 %
 
 
@@ -454,7 +440,8 @@ def test_qdq_fusion_groups_lint_findings_by_rule_with_their_severity():
 
 
 def _layer(node: str, tensor: str, calibrator_sqnr: dict | None):
-    from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, QuantizedInput
+    from quantdbg.sensitivity import LayerEvidence, LayerSensitivity
+    from quantdbg.sensitivity.report import QuantizedInput
 
     inputs = (QuantizedInput(0, tensor, "activation", "minmax", 0.1, 0.1, 1),
               QuantizedInput(1, f"{node}.w", "weight", "minmax", 0.1, 0.2, 4))
@@ -469,7 +456,7 @@ def _report_reading(*layers):
 
 
 def test_layer_sqnr_takes_the_worst_consumer_per_calibrator():
-    from quantdbg.diagnostics import layer_sqnr
+    from quantdbg.diagnostics.checks.calibrator_disagreement import layer_sqnr
 
     report = _report_reading(_layer("a", "t", {"minmax": 10.0, "entropy": 25.0}),
                              _layer("b", "t", {"minmax": 12.0, "entropy": 21.0}),
@@ -568,8 +555,8 @@ def test_fails_follows_fail_on_words():
 # ----- folded weights ---------------------------------------------------------------------------
 
 def test_folded_weights_finding_lists_each_weight_and_how_it_was_held():
-    from quantdbg.diagnostics import check_folded_weights, folded_evidence
-    from quantdbg.model import FoldedWeight
+    from quantdbg.diagnostics.checks.folded_weights import check_folded_weights, folded_evidence
+    from quantdbg.model.weights import FoldedWeight
 
     assert check_folded_weights(()) == CheckOutcome()
     items = (FoldedWeight("conv", 1, "conv.w", ("Constant",)),

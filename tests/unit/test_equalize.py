@@ -11,7 +11,8 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg.calibration import Equalization, calibrate, equalize
+from quantdbg.calibration import calibrate, equalize
+from quantdbg.calibration.equalization import Equalization
 from quantdbg.config import CalibConfig
 from quantdbg.qdq import insert_qdq, quantize, remove_qdq
 

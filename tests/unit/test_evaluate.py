@@ -16,10 +16,8 @@ from quantdbg.evaluation import (
     OutputFunction,
     OutputMetric,
     Top1Agreement,
-    as_task_metric,
-    concat_batches,
-    parse_metric_line,
 )
+from quantdbg.evaluation.task import as_task_metric, concat_batches, parse_metric_line
 
 PY = shlex.quote(sys.executable)
 

@@ -9,9 +9,12 @@ import pytest
 from onnx import numpy_helper
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.calibration import Collector, TensorStats, calibrator_amaxes
+from quantdbg.calibration import TensorStats
+from quantdbg.calibration.calibrators.base import calibrator_amaxes
+from quantdbg.calibration.stats import Collector
 from quantdbg.config import TensorKind
-from quantdbg.model import load_model, name_nodes
+from quantdbg.model import load_model
+from quantdbg.model.names import name_nodes
 from quantdbg.qdq import QdqRecord
 from quantdbg.sensitivity import LayerEvidence, SensitivityConfig, VariantEvaluator
 from quantdbg.sensitivity.evidence import (

@@ -12,7 +12,8 @@ import onnx
 import pytest
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.backends.tensorrt import EngineBuildSpec, TrtConfig, build_commands, trtexec_command
+from quantdbg.backends.tensorrt import EngineBuildSpec, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import trtexec_command
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import (
@@ -20,12 +21,12 @@ from quantdbg.fallback import (
     FallbackPlan,
     FallbackResult,
     FallbackTarget,
-    TensorRTSettings,
     auto_fallback,
-    default_budget,
     search_fallback,
     write_mixed_model,
 )
+from quantdbg.fallback.budget import default_budget
+from quantdbg.fallback.plan import TensorRTSettings
 from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
@@ -276,7 +277,8 @@ def test_auto_fallback_on_a_planted_bad_layer(rng):
                                               r"higher-is-better; make them agree\.$"):
             auto_fallback(evaluator, FallbackTarget.min_metric(0.9, lower_is_better=True))
         with pytest.raises(ConfigError, match=r"^The sensitivity report ranks other layers"):
-            auto_fallback(evaluator, TARGET, report=replace(result.report, layers=result.report.layers[1:]))
+            other = replace(result.report, layers=result.report.layers[1:], output_space=None)
+            auto_fallback(evaluator, TARGET, report=other)
     assert result.plan.status == "met" and result.plan.exclude == ("fc2",)
     assert result.plan.evaluations[-1].value >= 30.0
     assert result.report.ranking[0] == "fc2"

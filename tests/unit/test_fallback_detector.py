@@ -8,7 +8,8 @@ import pytest
 
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision
-from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback, search_bound
+from quantdbg.fallback import FallbackConfig, FallbackTarget, auto_fallback
+from quantdbg.fallback.budget import search_bound
 from quantdbg.sensitivity import SensitivityConfig, VariantEvaluator
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))

@@ -11,20 +11,18 @@ import numpy as np
 import pytest
 
 from quantdbg.errors import ConfigError, FormatError
-from quantdbg.fallback import (
-    FallbackConfig,
-    FallbackTarget,
-    SearchConfig,
+from quantdbg.fallback import FallbackConfig, FallbackTarget, SearchConfig, search_fallback
+from quantdbg.fallback.budget import (
     default_budget,
     gallop_sizes,
     group_testing_bound,
     planned_culprits,
     search_bound,
-    search_fallback,
 )
 from quantdbg.fallback.group import quickxplain
 from quantdbg.fallback.ledger import BudgetExhausted, Ledger
-from quantdbg.sensitivity import LayerSensitivity, OutputSpace, SensitivityReport
+from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.output_space import OutputSpace
 
 TARGET = FallbackTarget.min_metric(0.5)
 

@@ -6,12 +6,10 @@ import math
 
 import pytest
 
-from quantdbg.diagnostics import (
+from quantdbg.diagnostics import Evidence, Finding, Severity
+from quantdbg.diagnostics.findings import (
     FAIL_ON,
     NO_EVIDENCE,
-    Evidence,
-    Finding,
-    Severity,
     fail_threshold,
     format_cell,
     markdown_cell,

@@ -12,7 +12,8 @@ from onnx import numpy_helper
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.calibration import CalibrationResult, calibrate
 from quantdbg.fallback import FallbackConfig, FallbackPlan, FallbackTarget, auto_fallback
-from quantdbg.model import footprint, load_model
+from quantdbg.model import load_model
+from quantdbg.model.footprint import footprint
 from quantdbg.qdq import quantize
 from quantdbg.report.sections.registry import sections_of
 from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator

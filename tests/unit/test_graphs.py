@@ -10,7 +10,8 @@ from onnx import numpy_helper
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
-from quantdbg.model import load_model, name_nodes
+from quantdbg.model import load_model
+from quantdbg.model.names import name_nodes
 from quantdbg.qdq import QdqRecord
 from quantdbg.sensitivity.graphs import (
     ENABLE_PREFIX,

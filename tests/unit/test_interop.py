@@ -11,12 +11,8 @@ import models_lint
 import onnx
 import pytest
 
-from quantdbg.backends.tensorrt import (
-    BuildCommands,
-    EngineBuildSpec,
-    ShapeRange,
-    TrtConfig,
-    build_commands,
+from quantdbg.backends.tensorrt import BuildCommands, EngineBuildSpec, ShapeRange, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import (
     polygraphy_convert_command,
     polygraphy_run_command,
     trtexec_command,

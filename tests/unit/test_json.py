@@ -111,7 +111,7 @@ def test_unknown_keys_and_missing_defaults_are_fine():
 def test_parse_errors_name_the_source(tmp_path):
     with pytest.raises(FormatError, match=r"^'x.json': not valid JSON \(JSONDecodeError"):
         _json.parse("{", "'x.json'")
-    with pytest.raises(FormatError, match=r"not valid JSON \(RecursionError"):
+    with pytest.raises(FormatError, match=r"^'deep.json': JSON nested deeper than 64 levels"):
         _json.parse("[" * 100000 + "]" * 100000, "'deep.json'")
     with pytest.raises(FormatError, match=r"^Cannot read '.*missing.json': No such file"):
         _json.read(Outer, tmp_path / "missing.json")
@@ -122,3 +122,73 @@ def test_parse_errors_name_the_source(tmp_path):
 def test_encode_refuses_what_json_cannot_hold():
     with pytest.raises(TypeError, match="Cannot encode a object as JSON"):
         _json.encode(object())
+
+
+def test_parse_refuses_nesting_deeper_than_any_document_before_anything_walks_it():
+    text = "[" * (_json.MAX_DEPTH + 1) + "]" * (_json.MAX_DEPTH + 1)  # json.loads itself accepts this
+    assert json.loads(text)
+    with pytest.raises(FormatError, match=rf"^'d.json': JSON nested deeper than {_json.MAX_DEPTH} levels"):
+        _json.parse(text, "'d.json'")
+    deep: object = 0
+    for level in range(_json.MAX_DEPTH):  # objects and arrays alternate, MAX_DEPTH levels: accepted
+        deep = {"a": deep} if level % 2 else [deep]
+    assert _json.parse(json.dumps(deep), "x") == deep
+    with pytest.raises(FormatError, match="nested deeper"):
+        _json.parse(json.dumps({"b": deep}), "x")
+
+
+def _legacy(data: dict) -> dict | None:
+    return {"items": data["old_items"], "mode": "a", "table": {}} if "old_items" in data else None
+
+
+@_json.document("test.legacy", 1, untagged=_legacy)
+@dataclass(frozen=True)
+class Legacy:
+    mode: Literal["a", "b"]
+    items: tuple[Inner, ...]
+    table: Mapping[str, float]
+
+
+def test_documents_are_found_by_their_tag_or_their_untagged_earlier_form(tmp_path):
+    assert _json.detect(_json.dump(_outer())) is Outer
+    assert _json.detect({"old_items": []}) is Legacy
+    expected = Legacy("a", (Inner("x", 1.0),), {})
+    assert _json.load(Legacy, {"old_items": [{"name": "x", "value": 1.0}]}) == expected
+    # Only a version-1 document has an untagged form, and only data its reader recognises is read as it.
+    with pytest.raises(FormatError, match="format is None, expected 'test.legacy/1'"):
+        _json.load(Legacy, {"items": []})
+    unknown = (({"x": 1}, r"no 'format' tag"), ({"format": "test.nothing/1"}, 'format "test.nothing/1"'),
+               ([1], "a JSON list, not an object"))
+    for data, what in unknown:
+        with pytest.raises(FormatError, match=rf"^src: not a quantdbg document \({what}\); known: .*test"):
+            _json.detect(data, "src")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"old_items": []}))
+    assert _json.read_document(path) == Legacy("a", (), {})
+
+
+def test_nested_documents_read_their_untagged_earlier_form_too():
+    @dataclass(frozen=True)
+    class Holder:
+        inner: Legacy
+
+    assert _json.decode(Holder, {"inner": {"old_items": []}}) == Holder(Legacy("a", (), {}))
+
+
+def test_every_json_text_quantdbg_reads_goes_through_parse():
+    # One codec: a json.load(s) elsewhere would skip parse's checks (depth, errors naming the file).
+    import ast
+    from pathlib import Path
+
+    src = Path(_json.__file__).parent
+    calls = []
+    for path in sorted(src.rglob("*.py")):
+        if path.name == "_json.py" and path.parent == src:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ("load", "loads") \
+                    and isinstance(node.value, ast.Name) and node.value.id == "json":
+                calls.append(f"{path.relative_to(src)}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and node.module == "json":
+                calls.append(f"{path.relative_to(src)}:{node.lineno} (from json import)")
+    assert calls == []

@@ -10,8 +10,9 @@ import pytest
 
 from quantdbg import quantize
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
-from quantdbg.model import StagedModel, load_model, staged
+from quantdbg.model import load_model
 from quantdbg.model.external import all_tensors, inline_bytes
+from quantdbg.model.staging import StagedModel, staged
 from quantdbg.sensitivity import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant, local_graph, switch_graph
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph

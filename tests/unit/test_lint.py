@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from quantdbg.diagnostics import NO_EVIDENCE, RULES, Finding, LintReport, Severity, lint
+from quantdbg.diagnostics import RULES, Finding, LintReport, Severity, lint
+from quantdbg.diagnostics.findings import NO_EVIDENCE
 from quantdbg.errors import ConfigError, FormatError
 
 # Rule -> the node its model should be reported on (hand-derived from the builders).
@@ -124,7 +125,7 @@ def test_report_json_round_trip_keeps_lint_keys():
     data = report.to_dict()
     restored = LintReport.from_dict(json.loads(json.dumps(data)))
     assert restored == report
-    assert list(data) == ["model", "counts", "findings"]
+    assert list(data) == ["format", "model", "counts", "findings"] and data["format"] == "quantdbg.lint/1"
     assert data["counts"] == {"high": 1, "medium": 1, "info": 0}
     first = report.findings[0]
     assert data["findings"][0] == {"rule": first.check, "severity": "high", "node": first.subjects[0],
@@ -150,11 +151,19 @@ def test_markdown_has_one_row_per_finding_and_escapes_pipes():
     text = LintReport(findings, "m.onnx").to_markdown()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + len(findings)  # header + findings
-    assert "`n\\|1`" in text and "a \\| b" in text
+    assert "| n\\|1 |" in text and "a \\| b" in text
     assert text.index("non-int8-qdq-type") < text.index("no-qdq")  # high first
-    assert "| high | `non-int8-qdq-type` | `n2` | m | f |" in text
-    assert "High: 1, medium: 0, info: 1." in text
-    assert "No findings" in LintReport(()).to_markdown()
+    assert "| high | non-int8-qdq-type | n2 | m | f |" in text
+    assert "TensorRT Q/DQ lint of m.onnx: 1 high, 0 medium, 1 info." in text
+    assert "TensorRT Q/DQ lint of the model: no findings." in LintReport(()).to_markdown()
+
+
+def test_lint_markdown_is_the_reports_markdown():
+    # One renderer: the Markdown `quantdbg lint --md` writes is the report's, byte for byte.
+    from quantdbg.report import render_markdown
+
+    for report in (LintReport((_lint_finding("no-qdq", "a"),), "m.onnx"), LintReport(())):
+        assert report.to_markdown() == render_markdown(report)
 
 
 def test_skip_leaves_rules_out_and_rejects_unknown_ids():
@@ -271,8 +280,7 @@ def _conv_weight(model: onnx.ModelProto) -> np.ndarray:
 
 @pytest.mark.parametrize("held", ["initializer", "constant", "transposed"])
 def test_a_clipped_weight_is_high_with_the_sqnr_it_loses(held):
-    from quantdbg.diagnostics import weight_quantization
-    from quantdbg.diagnostics.qdq_graph import QdqGraph
+    from quantdbg.diagnostics.qdq_graph import QdqGraph, weight_quantization
 
     model = models_lint.clipped_weight(held)
     w = _conv_weight(model)

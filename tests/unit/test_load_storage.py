@@ -14,8 +14,8 @@ from models import _const, _finish
 from quantdbg.cli import main
 from quantdbg.config import CalibConfig
 from quantdbg.errors import ModelError
-from quantdbg.model import is_external, load_model, tensor_array
-from quantdbg.model.external import INLINE_BELOW
+from quantdbg.model import load_model
+from quantdbg.model.external import INLINE_BELOW, is_external, tensor_array
 from quantdbg.qdq import quantize
 
 

@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 
 from quantdbg.errors import ConfigError, DataError
-from quantdbg.evaluation import (
-    Comparison,
-    MetricAccumulator,
-    OutputMetrics,
-    compare_arrays,
-    compare_outputs,
-    metrics_from_sums,
-)
+from quantdbg.evaluation import Comparison, OutputMetrics, compare_arrays, compare_outputs
+from quantdbg.evaluation.metrics import MetricAccumulator, metrics_from_sums
 
 
 def _oracle(ref: np.ndarray, test: np.ndarray) -> dict[str, float]:

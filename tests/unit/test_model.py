@@ -4,20 +4,17 @@ from __future__ import annotations
 import models
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 import pytest
 from onnx import helper
 
 from quantdbg.errors import ModelError
-from quantdbg.model import (
-    check_node_globs,
-    input_specs,
-    load_model,
-    name_nodes,
-    node_names,
-    quantized_nodes,
-    save_model,
-    tensor_array,
-)
+from quantdbg.model import load_model, save_model
+from quantdbg.model.external import tensor_array
+from quantdbg.model.graph import is_float, trans_b
+from quantdbg.model.load import quantized_nodes
+from quantdbg.model.names import check_node_globs, name_nodes, node_names
+from quantdbg.model.specs import input_specs
 
 
 def test_load_copies_and_never_modifies_the_argument():
@@ -128,3 +125,25 @@ def test_save_puts_the_weights_of_a_model_past_2_gb_beside_it(tmp_path, monkeypa
     for mine, theirs in zip(model.graph.initializer, again.graph.initializer, strict=True):
         np.testing.assert_array_equal(onnx.numpy_helper.to_array(mine), onnx.numpy_helper.to_array(theirs))
     assert model.graph.initializer[0].data_location == onnx.TensorProto.DEFAULT  # the caller's is untouched
+
+
+def test_is_float_reads_the_numpy_and_onnx_dtypes_gs_holds():
+    assert is_float(gs.Variable("a", np.float32)) and is_float(gs.Variable("unknown"))
+    assert not is_float(gs.Variable("h", np.float16)) and not is_float(gs.Variable("i", np.int64))
+    assert not is_float(gs.Variable("bf16", onnx.TensorProto.BFLOAT16))  # gs keeps it as an onnx enum
+
+
+def test_trans_b_reads_gemm_nodes_of_gs_and_onnx_alike():
+    def onnx_gemm(**attrs: int) -> onnx.NodeProto:
+        return helper.make_node("Gemm", ["a", "b"], ["y"], **attrs)
+
+    def gs_node(op: str, **attrs: int) -> gs.Node:
+        return gs.Node(op, attrs=attrs)
+
+    assert trans_b(onnx_gemm(transB=1)) and trans_b(gs_node("Gemm", transB=1))
+    assert not trans_b(onnx_gemm(transB=0)) and not trans_b(gs_node("Gemm", transB=0))
+    assert not trans_b(onnx_gemm()) and not trans_b(gs_node("Gemm"))  # the ONNX default is 0
+    assert not trans_b(onnx_gemm(transA=1)) and not trans_b(gs_node("Gemm", transA=1))
+    matmul = helper.make_node("MatMul", ["a", "b"], ["y"])
+    assert not trans_b(matmul) and not trans_b(gs_node("MatMul", transB=1))
+    assert not trans_b(None)

@@ -8,16 +8,10 @@ import onnxruntime as ort
 import pytest
 
 from quantdbg.errors import ConfigError, ModelError
-from quantdbg.model import (
-    SaveConfig,
-    fits_in_protobuf,
-    load_model,
-    model_bytes,
-    save_model,
-    staged,
-    tensor_array,
-)
+from quantdbg.model import SaveConfig, load_model, save_model
 from quantdbg.model import staging as staging_module
+from quantdbg.model.external import fits_in_protobuf, model_bytes, tensor_array
+from quantdbg.model.staging import staged
 
 WIDTH = 32
 

@@ -16,14 +16,14 @@ from onnx import numpy_helper
 import quantdbg
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
-from quantdbg.model import (
+from quantdbg.model import load_model
+from quantdbg.model.load import as_loaded
+from quantdbg.model.specs import input_specs
+from quantdbg.model.weights import (
     FoldedWeight,
-    as_loaded,
     computed_constants,
     constant_tensors,
     fold_weights,
-    input_specs,
-    load_model,
     summarize_folded,
 )
 from quantdbg.placement import plan_qdq

@@ -7,12 +7,11 @@ import json
 import models
 import models_qdq
 import numpy as np
-import onnx
 import pytest
 
 from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import FormatError, ModelError
-from quantdbg.placement import QdqPlan, QuantTarget, is_float, plan_qdq
+from quantdbg.placement import QdqPlan, QuantTarget, plan_qdq
 
 
 def test_weights_per_output_channel_with_the_right_axis():
@@ -80,20 +79,11 @@ def test_plan_json_form_and_round_trip():
                               "\"weight\", \"activation\", got \"bias\".")
 
 
-def test_is_float_reads_numpy_and_onnx_dtypes():
-    import numpy as np
-    import onnx_graphsurgeon as gs
-
-    assert is_float(gs.Variable("a", np.float32)) and is_float(gs.Variable("unknown"))
-    assert not is_float(gs.Variable("h", np.float16)) and not is_float(gs.Variable("i", np.int64))
-    assert not is_float(gs.Variable("bf16", onnx.TensorProto.BFLOAT16))  # gs keeps it as an onnx enum
-
-
 def test_a_plan_lists_the_weights_loading_folded_and_plans_them_as_weights():
     import export_forms
     import models_weights
 
-    from quantdbg.model import as_loaded
+    from quantdbg.model.load import as_loaded
 
     clean = plan_qdq(models_weights.attention_block())
     model = export_forms.constants(models_weights.attention_block())

@@ -19,7 +19,8 @@ from quantdbg.diagnostics.qdq_graph import (
     pair_name,
     preview,
 )
-from quantdbg.model import is_external, load_model
+from quantdbg.model import load_model
+from quantdbg.model.external import is_external
 
 
 def test_pairs_qparams_and_weights_of_a_quantized_conv():

@@ -6,7 +6,8 @@ import models
 import numpy as np
 import pytest
 
-from quantdbg.calibration import calibrate, recalibrate
+from quantdbg.calibration import calibrate
+from quantdbg.calibration.ranges import recalibrate
 from quantdbg.config import CalibConfig
 from quantdbg.errors import NotCalibratedError
 from quantdbg.placement import plan_qdq

@@ -14,10 +14,12 @@ import sys
 import models_doctor
 import pytest
 
-from quantdbg import report
+from quantdbg import _json, report
 from quantdbg.diagnostics import Evidence
 from quantdbg.errors import ConfigError, FormatError
 from quantdbg.report import ReportBundle
+from quantdbg.report.results import render_json
+from quantdbg.report.sections.registry import sections_of
 from quantdbg.report.sections.sensitivity import chart_values
 
 KINDS = ("calibration", "sensitivity", "fallback", "lint", "doctor", "bundle")
@@ -48,7 +50,26 @@ def test_json_round_trip_through_a_file(results, kind, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # nothing else is written
     again = report.load_result(written.json)
     assert type(again) is type(result)
-    assert json.loads(report.render_json(again)) == json.loads(report.render_json(result))
+    assert json.loads(render_json(again)) == json.loads(render_json(result))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_result_file_carries_its_format_tag(results, kind):
+    data = results[kind].to_dict()
+    assert data["format"] == _json.format_of(type(results[kind]))
+    name = {"fallback": "fallback_plan", "bundle": "report"}.get(kind, kind)
+    assert data["format"].startswith(f"quantdbg.{name}/")
+
+
+@pytest.mark.parametrize("kind", ["calibration", "lint"])
+def test_an_untagged_result_of_the_previous_version_still_renders(results, kind, tmp_path):
+    # quantdbg 0.1.0 wrote calibration results and lint reports without a tag; the codec recognises them.
+    data = results[kind].to_dict()
+    del data["format"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    again = report.load_result(tmp_path / "old.json")
+    assert again.to_dict() == results[kind].to_dict()
+    assert report.render_markdown(again) == report.render_markdown(results[kind])
 
 
 def test_html_is_self_contained_with_decodable_plots(results):
@@ -77,7 +98,7 @@ def test_markdown_has_the_primary_table_with_every_row(results, kind):
     result = results[kind]
     text = report.render_markdown(result)
     frame_rows = len(report.to_dataframe(result))
-    header = next(t for s in report.sections_of(result) for t in s.tables if t.css_id == PRIMARY[kind])
+    header = next(t for s in sections_of(result) for t in s.tables if t.css_id == PRIMARY[kind])
     line = "| " + " | ".join(header.columns) + " |"
     lines = text.splitlines()
     start = lines.index(line)
@@ -91,7 +112,8 @@ def test_dataframe_holds_raw_values(results):
     sensitivity = results["sensitivity"]
     frame = report.to_dataframe(sensitivity)
     assert list(frame["node"]) == list(sensitivity.ranking)
-    assert list(frame["score"]) == pytest.approx([layer.score for layer in sensitivity.layers])
+    own = list(frame["SQNR of its own output (dB)"])  # local mode: the value, shown once
+    assert own == pytest.approx([layer.value for layer in sensitivity.layers])
     calibration = results["calibration"]
     frame = report.to_dataframe(calibration)
     assert list(frame["tensor"]) == list(calibration.ranges)
@@ -139,10 +161,15 @@ def test_unknown_results_and_json_are_refused(tmp_path):
         report.render_html({})
     bad = tmp_path / "x.json"
     bad.write_text('{"hello": 1}')
-    with pytest.raises(ConfigError, match="not a quantdbg result"):
+    with pytest.raises(FormatError, match=r"x.json': not a quantdbg document \(no 'format' tag\); known: .*"
+                                          r"A report renders a calibration result"):
         report.load_result(bad)
     bad.write_text("[1, 2]")
-    with pytest.raises(ConfigError, match="holds a JSON list"):
+    with pytest.raises(FormatError, match="a JSON list, not an object"):
+        report.load_result(bad)
+    bad.write_text('{"format": "quantdbg.auto_recipe/1"}')
+    with pytest.raises(ConfigError, match=r"x.json' is a quantdbg.auto_recipe/1 document, which is not a "
+                                          "result a report renders"):
         report.load_result(bad)
     with pytest.raises(ConfigError, match="needs at least one of html=, markdown= or json="):
         report.write_report(ReportBundle("t", ()))

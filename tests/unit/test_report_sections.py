@@ -8,24 +8,21 @@ import pytest
 
 from quantdbg.calibration import CalibrationResult, CalibratorComparison, TensorRange, TensorStats
 from quantdbg.config import CalibConfig, TensorKind
-from quantdbg.diagnostics import (
-    NO_EVIDENCE,
-    CheckRun,
-    DoctorReport,
-    Evidence,
-    Finding,
-    LintReport,
-    MixedRange,
-    ScaleStability,
-    Severity,
-    WeightZeroing,
-)
+from quantdbg.diagnostics import DoctorReport, Evidence, Finding, LintReport, Severity
+from quantdbg.diagnostics.checks.calibration_size import ScaleStability
+from quantdbg.diagnostics.checks.mixed_ranges import MixedRange
+from quantdbg.diagnostics.checks.weight_zeroing import WeightZeroing
+from quantdbg.diagnostics.doctor import CheckRun
+from quantdbg.diagnostics.findings import NO_EVIDENCE
 from quantdbg.errors import ConfigError
 from quantdbg.fallback import FallbackTarget, search_fallback
-from quantdbg.report import ReportBundle, Section, Table, sections_of
+from quantdbg.report import ReportBundle
+from quantdbg.report.sections.base import Section, Table
 from quantdbg.report.sections.calibration import calibrator_comparison_section, clipped_share
+from quantdbg.report.sections.registry import sections_of
 from quantdbg.report.sections.sensitivity import chart_values
-from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, QuantizedInput, SensitivityReport
+from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.report import QuantizedInput
 
 
 def _tables(sections: list[Section]) -> dict[str, Table]:
@@ -107,8 +104,11 @@ def test_sensitivity_section_ranks_every_layer_with_its_evidence():
     assert section.paragraphs[0].endswith("2 quantized layer(s), 8 sample(s), 1 pass(es), 0.2 s.")
     [table] = section.tables
     assert (table.css_id, table.caption) == ("sensitivity-ranking", "Most sensitive first.")
-    assert table.rows == ((1, "a", "Conv", -20.0, 20.0, None, "entropy", 0.5, 0.25, 3.0, "mse"),
-                          (2, "b", "Conv", -35.0, 35.0, None, "entropy", None, None, None, None))
+    # Local mode: the value is the SQNR of the layer's own output, shown once; zeroed weights in %.
+    assert table.columns[:4] == ("rank", "node", "op", "SQNR of its own output (dB)")
+    assert table.columns[5:7] == ("weights zeroed per-tensor (%)", "weights zeroed in use (%)")
+    assert table.rows == ((1, "a", "Conv", 20.0, "entropy", 50.0, 25.0, 3.0, "mse"),
+                          (2, "b", "Conv", 35.0, "entropy", None, None, None, None))
     [plot] = section.plots
     assert plot.title == "Ranking (local)" and plot.alt == "Bar chart of layer sensitivity: a, b"
 
@@ -184,7 +184,7 @@ def test_doctor_sections_put_findings_first_then_what_was_measured():
     assert [(s.title, s.level) for s in sections] == [
         ("Doctor", 2), ("1. [high] weight_zeroing", 3), ("Weights zeroed per node", 3),
         ("Calibrators compared", 3), ("Scale against number of calibration samples", 3),
-        ("Value ranges per channel", 3), ("TensorRT Q/DQ lint", 3)]  # no ranking: the report holds none
+        ("Value ranges along an axis", 3), ("TensorRT Q/DQ lint", 3)]  # no ranking: the report holds none
     assert sections[0].paragraphs == ("m.onnx: 1 finding(s) (1 high) from 16 calibration and 8 evaluation "
                                       "sample(s).",)
     assert sections[1].paragraphs == ("w zeroed", "Fix: per channel")
@@ -193,7 +193,7 @@ def test_doctor_sections_put_findings_first_then_what_was_measured():
     assert tables["doctor-findings"].rows == ((1, "high", "weight_zeroing", "w zeroed"),)
     assert tables["doctor-checks"].rows == (("weight_zeroing", "fired", 0.1, ""),
                                             ("mixed_ranges", "clear", 0.2, ""))
-    assert tables["weights-zeroed"].rows == (("conv", "Conv", 8, 0.5, 0.0, "per-tensor"),)
+    assert tables["weights-zeroed"].rows == (("conv", "Conv", 8, 50.0, 0.0, "per-tensor"),)  # in %
     assert tables["scale-stability"].rows == (("u", "minmax", 1.0, 0.4, False),  # least stable first
                                               ("t", "minmax", 0.5, 0.05, True))
     assert tables["mixed-ranges"].rows == (("y", "output", 1, 0.5, 2, 1, 40.0, 3.0),)
@@ -252,7 +252,7 @@ def test_sections_dispatch_on_the_result_class():
 def test_calibration_section_lists_the_folded_weights():
     from dataclasses import replace
 
-    from quantdbg.model import FoldedWeight
+    from quantdbg.model.weights import FoldedWeight
 
     folded = (FoldedWeight("conv", 1, "conv.w", ("Constant",)),
               FoldedWeight("fc", 1, "fc.w", ("Cast",), ("fc.w/fp16",)))

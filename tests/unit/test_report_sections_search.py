@@ -3,9 +3,12 @@ and that the HTML and Markdown reports show it."""
 from __future__ import annotations
 
 from quantdbg.fallback import FallbackTarget, search_fallback
-from quantdbg.report import Section, render_html, render_markdown, sections_of
+from quantdbg.report import render_html, render_markdown
+from quantdbg.report.sections.base import Section
 from quantdbg.report.sections.fallback import phases_paragraph
-from quantdbg.sensitivity import LayerSensitivity, OutputSpace, SensitivityReport
+from quantdbg.report.sections.registry import sections_of
+from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.output_space import OutputSpace
 
 
 def _report() -> SensitivityReport:

@@ -7,8 +7,10 @@ import shlex
 from quantdbg import report
 from quantdbg.fallback import FallbackTarget, search_fallback
 from quantdbg.report import ReportBundle
+from quantdbg.report.sections.registry import sections_of
 from quantdbg.report.sections.verdict import gather, layer_reason, plan_verdict
-from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, QuantizedInput, SensitivityReport
+from quantdbg.sensitivity import LayerEvidence, LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.report import QuantizedInput
 
 
 def _layer(node: str, rank: int, value: float, tensor: str, used: str, sqnr: dict[str, float] | None,
@@ -57,10 +59,11 @@ def test_verdict_numbers_and_the_unmet_case():
 def test_first_screen_names_each_layer_the_fix_and_the_commands():
     plan = _plan()
     bundle = ReportBundle("b", (RANKING, plan))
-    verdict, fixes, build = [s for s in report.sections_of(bundle) if s.lead]
+    verdict, fixes, build = [s for s in sections_of(bundle) if s.lead]
     assert [item.split(": ")[0] for item in verdict.items] == ["conv2", "fc2"]
-    # fc2: the search measured conv2 alone at 41 dB, short of the target.
-    assert verdict.items[1].endswith("without it the search measured 41 dB, short of output SQNR >= 42 dB.")
+    # fc2: the search measured conv2 alone out of INT8 (fc2 back in) at 41 dB, short of the target.
+    assert verdict.items[1].endswith("with this layer back in INT8 (conv2 still out) the search measured "
+                                     "41 dB, short of output SQNR >= 42 dB.")
     [fix] = fixes.items
     flag = fix.split(": ")[0]
     assert shlex.split(flag) == ["--per-tensor", "relu[[]1]=mse"]  # a glob matching only that tensor
@@ -81,7 +84,7 @@ def test_first_screen_names_each_layer_the_fix_and_the_commands():
 
 def test_no_plan_no_first_screen():
     assert gather((RANKING,)).plan is None
-    assert not any(s.lead for s in report.sections_of(ReportBundle("b", (RANKING,))))
+    assert not any(s.lead for s in sections_of(ReportBundle("b", (RANKING,))))
 
 
 def test_a_local_ranking_reason_reads_its_own_output_sqnr():
@@ -94,9 +97,9 @@ def test_a_local_ranking_reason_reads_its_own_output_sqnr():
 
 def test_a_plan_alone_names_each_layer_by_its_place_in_the_ranking_searched():
     plan = _plan()
-    verdict = report.sections_of(plan)[0]
+    verdict = sections_of(plan)[0]
     assert verdict.items == (
-        "conv2: rank 1 of 3 in the ranking the search walked; without it the search measured 37 dB, short of "
-        "output SQNR >= 42 dB.",
-        "fc2: rank 2 of 3 in the ranking the search walked; without it the search measured 41 dB, short of "
-        "output SQNR >= 42 dB.")
+        "conv2: rank 1 of 3 in the ranking the search walked; with this layer back in INT8 (fc2 still out) "
+        "the search measured 37 dB, short of output SQNR >= 42 dB.",
+        "fc2: rank 2 of 3 in the ranking the search walked; with this layer back in INT8 (conv2 still out) "
+        "the search measured 41 dB, short of output SQNR >= 42 dB.")

@@ -15,21 +15,22 @@ from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision, TensorKind
 from quantdbg.errors import ConfigError, FormatError, ModelError
 from quantdbg.evaluation import OutputFunction, compare_arrays
-from quantdbg.model import load_model, name_nodes
+from quantdbg.model import load_model
+from quantdbg.model.names import name_nodes
 from quantdbg.qdq import QdqRecord, remove_qdq
 from quantdbg.sensitivity import (
-    MODE_FUNCTIONS,
-    MODES,
     SensitivityConfig,
     SensitivityReport,
     VariantEvaluator,
-    VariantResult,
     analyze_sensitivity,
-    finished_report,
     suggest_calibrators,
 )
 from quantdbg.sensitivity import graphs as _analysis
+from quantdbg.sensitivity.analyze import finished_report
+from quantdbg.sensitivity.config import MODES
+from quantdbg.sensitivity.evaluator import VariantResult
 from quantdbg.sensitivity.measurement import Measurement
+from quantdbg.sensitivity.modes import MODE_FUNCTIONS
 from quantdbg.sensitivity.reductions import sums_to_metrics
 from quantdbg.sensitivity.suggest import _glob_escape
 

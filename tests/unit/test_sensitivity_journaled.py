@@ -14,11 +14,12 @@ from quantdbg.config import CalibConfig
 from quantdbg.data import ArrayData
 from quantdbg.evaluation import CommandMetric, ModelFunction, OutputFunction, OutputMetric, Top1Agreement
 from quantdbg.fallback import FallbackTarget
-from quantdbg.model import as_loaded
+from quantdbg.model.load import as_loaded
 from quantdbg.pipeline import AutoConfig
 from quantdbg.pipeline.flow import _ingredients
 from quantdbg.qdq import quantize
-from quantdbg.sensitivity import VariantEvaluator, VariantResult
+from quantdbg.sensitivity import VariantEvaluator
+from quantdbg.sensitivity.evaluator import VariantResult
 from quantdbg.sensitivity.journaled import (
     EvaluationRecord,
     JournaledEvaluator,

@@ -13,18 +13,13 @@ from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import Accuracy, ModelFunction, OutputFunction, compare_arrays
-from quantdbg.model import load_model, name_nodes
+from quantdbg.model import load_model
+from quantdbg.model.names import name_nodes
 from quantdbg.qdq import remove_qdq
-from quantdbg.sensitivity import (
-    OUTPUT_SAMPLES,
-    OutputSpace,
-    SensitivityConfig,
-    SensitivityReport,
-    VariantEvaluator,
-    analyze_sensitivity,
-    finished_report,
-    measure_output_space,
-)
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator, analyze_sensitivity
+from quantdbg.sensitivity.analyze import finished_report
+from quantdbg.sensitivity.config import OUTPUT_SAMPLES
+from quantdbg.sensitivity.output_space import OutputSpace, measure_output_space
 
 ONE_THREAD = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
 

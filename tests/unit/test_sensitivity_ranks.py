@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from quantdbg.errors import ConfigError
-from quantdbg.sensitivity import FUSION_K, RankAgreement, fuse_rankings, rank_agreement, rank_correlation
+from quantdbg.sensitivity.ranks import (
+    FUSION_K,
+    RankAgreement,
+    fuse_rankings,
+    rank_agreement,
+    rank_correlation,
+)
 
 
 def _rrf_oracle(first: list[str], second: list[str], k: float) -> list[str]:

@@ -13,15 +13,11 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from quantdbg.calibration import (
-    Migration,
-    SmoothingConfig,
-    SmoothingResult,
-    apply_smoothing,
-    collect_channel_absmax,
-    smooth,
-    smoothing_scales,
-)
+from quantdbg.calibration import SmoothingConfig, SmoothingResult, smooth
+from quantdbg.calibration.smoothing.apply import apply_smoothing
+from quantdbg.calibration.smoothing.measure import collect_channel_absmax
+from quantdbg.calibration.smoothing.migrate import smoothing_scales
+from quantdbg.calibration.smoothing.result import Migration
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.errors import ConfigError, DataError, FormatError, ModelError, QuantDbgWarning
 from quantdbg.qdq import quantize

@@ -10,7 +10,7 @@ from quantdbg.calibration import SmoothingConfig
 from quantdbg.calibration.smoothing.fold import fold_inverse, replace_constant
 from quantdbg.calibration.smoothing.plan import plan_groups, row_axis
 from quantdbg.errors import ModelError
-from quantdbg.model import UniqueNames
+from quantdbg.model.names import UniqueNames
 
 
 def _w(name: str, shape: tuple[int, ...], dtype=np.float32) -> gs.Constant:

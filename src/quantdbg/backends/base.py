@@ -10,7 +10,7 @@ import onnx
 
 from quantdbg.data import check_feed
 from quantdbg.errors import BackendError
-from quantdbg.model import TensorSpec
+from quantdbg.model.specs import TensorSpec
 
 
 class Runner(abc.ABC):

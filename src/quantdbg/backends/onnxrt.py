@@ -14,7 +14,8 @@ import onnx
 from quantdbg._json import Serializable
 from quantdbg.backends.base import Runner, RunnerFactory
 from quantdbg.errors import BackendError, ConfigError, QuantDbgError, unknown
-from quantdbg.model import StagedModel, TensorSpec, input_specs, output_specs, staged
+from quantdbg.model.specs import TensorSpec, input_specs, output_specs
+from quantdbg.model.staging import StagedModel, staged
 
 Provider = Literal["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"]
 PROVIDERS: tuple[str, ...] = ("CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -158,7 +159,7 @@ class OnnxrtRunner(Runner):
 
     def _staged(self) -> contextlib.AbstractContextManager[StagedModel]:
         """A path is handed to ONNX Runtime as it is; a ModelProto is staged without copying its
-        external weights (:func:`quantdbg.model.staged`)."""
+        external weights (:func:`quantdbg.model.staging.staged`)."""
         if not isinstance(self.model, onnx.ModelProto):
             return contextlib.nullcontext(StagedModel(str(self.model)))
         return staged(self.model)

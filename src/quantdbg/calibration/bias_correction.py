@@ -40,14 +40,11 @@ from quantdbg.calibration.collect import ActivationStream
 from quantdbg.config import TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ModelError
-from quantdbg.model import (
-    LoadedModel,
-    UniqueNames,
-    computed_constants,
-    constant_values,
-    tensor_array,
-    to_graph,
-)
+from quantdbg.model import LoadedModel
+from quantdbg.model.external import tensor_array
+from quantdbg.model.graph import constant_values, to_graph, trans_b
+from quantdbg.model.names import UniqueNames
+from quantdbg.model.weights import computed_constants
 from quantdbg.placement import QdqPlan, QuantTarget
 from quantdbg.quant_math import channel_amax, scale_from_amax
 
@@ -256,8 +253,7 @@ def _channels(slot: _Slot, weight: np.ndarray, proto_node: onnx.NodeProto) -> in
         group = next((a.i for a in proto_node.attribute if a.name == "group"), 1)
         return int(weight.shape[1]) * int(group)
     if op == "Gemm":
-        trans = next((a.i for a in proto_node.attribute if a.name == "transB"), 0)
-        return int(weight.shape[0] if trans else weight.shape[1])
+        return int(weight.shape[0] if trans_b(proto_node) else weight.shape[1])
     return int(weight.shape[-1])
 
 

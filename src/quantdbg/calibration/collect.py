@@ -32,7 +32,9 @@ from quantdbg.data import (
 )
 from quantdbg.errors import BackendError, ConfigError, DataError, ModelError, QuantDbgWarning, unknown
 from quantdbg.execution import Executor
-from quantdbg.model import ModelSource, as_loaded, input_specs, staged
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.specs import input_specs
+from quantdbg.model.staging import staged
 
 logger = logging.getLogger(__name__)
 

@@ -38,17 +38,12 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from quantdbg import _json
-from quantdbg.model import (
-    LoadedModel,
-    ModelSource,
-    UniqueNames,
-    as_loaded,
-    check_model,
-    constant_values,
-    fits_in_protobuf,
-    to_graph,
-    to_model,
-)
+from quantdbg.model import LoadedModel
+from quantdbg.model.external import fits_in_protobuf
+from quantdbg.model.graph import constant_values, to_graph, to_model, trans_b
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.names import UniqueNames
+from quantdbg.model.staging import check_model
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +144,7 @@ def _reduced(node: gs.Node, weight: np.ndarray) -> np.ndarray:
     """max |w| per (output channel, input channel) in float64; Gemm weights oriented [out, in]."""
     w = np.abs(np.asarray(weight, np.float64))
     if node.op == "Gemm":
-        return w if node.attrs.get("transB", 0) else w.T
+        return w if trans_b(node) else w.T
     return w.reshape(w.shape[0], w.shape[1], -1).max(axis=2)
 
 
@@ -253,9 +248,9 @@ def _rescale(layer: _Layer) -> None:
     weight = np.asarray(constant_values(node.inputs[1]), np.float64)
     out = 1.0 / layer.out_scale
     if node.op == "Gemm":
-        oriented = weight if node.attrs.get("transB", 0) else weight.T
+        oriented = weight if trans_b(node) else weight.T
         oriented = oriented * out[:, None] * layer.in_scale[None, :]
-        weight = oriented if node.attrs.get("transB", 0) else oriented.T
+        weight = oriented if trans_b(node) else oriented.T
     else:
         shape = (-1,) + (1,) * (weight.ndim - 1)
         weight = weight * out.reshape(shape)

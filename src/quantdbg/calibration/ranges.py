@@ -20,10 +20,19 @@ from quantdbg.calibration.stats import TensorStats, merge_stats
 from quantdbg.config import CalibConfig, QuantConfig, TensorKind
 from quantdbg.data import DataSource
 from quantdbg.errors import ConfigError, NotCalibratedError
-from quantdbg.model import FoldedWeight, Footprint, ModelSource, as_loaded, check_node_globs, footprint
+from quantdbg.model.footprint import Footprint, footprint
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.names import check_node_globs
+from quantdbg.model.weights import FoldedWeight
 from quantdbg.placement import QdqPlan, plan_qdq
 
 
+def _untagged(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A calibration result written before results had a tag: recognised by its keys."""
+    return data if {"ranges", "stats", "config"} <= data.keys() else None
+
+
+@_json.document("quantdbg.calibration", 1, untagged=_untagged)
 @dataclass(frozen=True, repr=False)
 class CalibrationResult(_display.Displayable, _json.Serializable):
     """Activation ranges and the statistics behind them.

@@ -20,7 +20,8 @@ import onnx
 from quantdbg.calibration.calibrators.base import TensorRange
 from quantdbg.calibration.stats import TensorStats
 from quantdbg.errors import DataError, ModelError, QuantDbgWarning
-from quantdbg.model import corrupt_values, tensor_array
+from quantdbg.model.external import tensor_array
+from quantdbg.model.weights import corrupt_values
 from quantdbg.quant_math import FP16_MAX, QMAX, ZEROING_FACTOR, outliers_zero_the_rest
 
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
@@ -76,7 +77,8 @@ def _corrupt_message(stats: TensorStats) -> str:
 
 def _refuse_initializer_upstream(model: onnx.ModelProto, stats: TensorStats) -> None:
     """Raises ModelError for the first (graph order) float initializer computing ``stats.name`` whose
-    values are corrupt (:func:`~quantdbg.model.corrupt_values`); reads nothing but those initializers."""
+    values are corrupt (:func:`~quantdbg.model.weights.corrupt_values`); reads nothing but those
+    initializers."""
     inits = {init.name: init for init in model.graph.initializer if init.data_type in _FLOATS}
     for node in _ancestors(model.graph, stats.name):
         for name in (i for i in node.input if i in inits):

@@ -3,7 +3,7 @@
 
 ``--profile`` sets the TensorRT optimization profile of the build commands.
 
-Without it every command follows one rule (:func:`quantdbg.backends.tensorrt.batch_profile`): a
+Without it every command follows one rule (:func:`quantdbg.backends.tensorrt.config.batch_profile`): a
 dynamic batch gets min 1, opt and max the ``--batch-size`` the model was calibrated and evaluated
 with. ``--profile MIN,OPT,MAX`` sets that batch range for every input; ``--profile INPUT:MIN,OPT,MAX``
 (repeatable) sets one input's, each of MIN/OPT/MAX a batch size or a whole shape (``1x16,8x128,32x128``
@@ -15,9 +15,10 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 
-from quantdbg.backends.tensorrt import BuildCommands, ShapeRange, TrtConfig, batch_profile, resolve_profile
+from quantdbg.backends.tensorrt import BuildCommands, ShapeRange, TrtConfig
+from quantdbg.backends.tensorrt.config import batch_profile, resolve_profile
 from quantdbg.errors import ConfigError, unknown
-from quantdbg.model import TensorSpec
+from quantdbg.model.specs import TensorSpec
 
 _FORM = "--profile MIN,OPT,MAX or --profile INPUT:MIN,OPT,MAX"
 

@@ -13,12 +13,13 @@ from typing import Any, NamedTuple
 
 from quantdbg.config import DEFAULT_OP_TYPES, CalibConfig, QuantConfig
 from quantdbg.data import as_model_data, read_npz
-from quantdbg.diagnostics import FAIL_ON, FAIL_ON_SHOWN
+from quantdbg.diagnostics.findings import FAIL_ON, FAIL_ON_SHOWN
 from quantdbg.errors import ConfigError, DataError, ModelError
-from quantdbg.evaluation import METRIC_NAMES, Accuracy, CommandMetric, OutputMetric, TaskMetric, Top1Agreement
+from quantdbg.evaluation import Accuracy, CommandMetric, OutputMetric, TaskMetric, Top1Agreement
+from quantdbg.evaluation.metrics import METRIC_NAMES
 from quantdbg.execution import Executor, RayExecutor
 from quantdbg.fallback import FallbackTarget
-from quantdbg.model import as_loaded, quantized_nodes
+from quantdbg.model.load import as_loaded, quantized_nodes
 from quantdbg.qdq import quantize, records_from_model
 
 TOP1 = "top1"

@@ -23,7 +23,8 @@ from typing import Literal
 from quantdbg._io import output_lock, same_file
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import CommandMetric
-from quantdbg.model import data_files_of, data_path
+from quantdbg.model.load import data_files_of
+from quantdbg.model.save import data_path
 
 PathArg = str | os.PathLike | None
 

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantdbg.cli import add_command
 from quantdbg.cli._options import add_model_options, add_out_option, executor, load_inputs, show_progress
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
+from quantdbg.cli.app import add_command
 from quantdbg.errors import ConfigError
-from quantdbg.sensitivity import MODES, SensitivityConfig, analyze_sensitivity
+from quantdbg.sensitivity import SensitivityConfig, analyze_sensitivity
+from quantdbg.sensitivity.config import MODES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

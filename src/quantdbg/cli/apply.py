@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 
 from quantdbg.backends.tensorrt import EngineBuildSpec, build_commands
-from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import add_data_option, add_out_option, show_progress
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli.app import add_command
 from quantdbg.config import Precision
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import CommandMetric
 from quantdbg.fallback import FallbackTarget
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 from quantdbg.pipeline import apply_recipe
 from quantdbg.qdq import QuantizedModel
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from quantdbg._io import commit_together
 from quantdbg.backends.tensorrt import TrtConfig
 from quantdbg.calibration import available_calibrators
-from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     READY_METRICS,
@@ -38,15 +37,19 @@ from quantdbg.cli._options import (
 )
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
+from quantdbg.cli.app import add_command
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.data import load_npz
 from quantdbg.errors import ConfigError
 from quantdbg.evaluation import TaskMetric
 from quantdbg.fallback import FallbackConfig
-from quantdbg.model import as_loaded, input_specs
-from quantdbg.pipeline import REPAIRS, AutoConfig, AutoResult, auto
+from quantdbg.model.load import as_loaded
+from quantdbg.model.specs import input_specs
+from quantdbg.pipeline import AutoConfig, AutoResult, auto
+from quantdbg.pipeline.config import REPAIRS
 from quantdbg.report import write_report
-from quantdbg.sensitivity import MODES, SensitivityConfig
+from quantdbg.sensitivity import SensitivityConfig
+from quantdbg.sensitivity.config import MODES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from quantdbg._io import commit_together
-from quantdbg.calibration import PercentileConfig, available_calibrators, calibrator_name
-from quantdbg.cli import add_command
+from quantdbg.calibration import PercentileConfig, available_calibrators
+from quantdbg.calibration.calibrators.base import calibrator_name
 from quantdbg.cli._options import (
     add_data_option,
     add_execution_options,
@@ -24,6 +24,7 @@ from quantdbg.cli._options import (
     show_progress,
 )
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli.app import add_command
 from quantdbg.config import CalibConfig
 from quantdbg.errors import ConfigError
 from quantdbg.qdq import quantize, write_scales_json, write_trt_cache

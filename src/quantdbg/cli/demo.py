@@ -1,4 +1,4 @@
-"""``quantdbg demo [--out DIR]``: the whole job on the embedded digits CNN, with a short table;
+"""``quantdbg demo [--out DIR]``: ``quantdbg auto`` on the embedded digits CNN, with a short table;
 ``quantdbg demo --export DIR``: the model, data and evaluation script the README's commands use."""
 
 from __future__ import annotations
@@ -10,23 +10,24 @@ from pathlib import Path
 
 import onnx
 
-from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, profile_config
 from quantdbg.cli._options import show_progress
 from quantdbg.cli._paths import check_folder, claim_folder
+from quantdbg.cli.app import add_command
 from quantdbg.data import DEFAULT_BATCH_SIZE
 from quantdbg.demo import DEMO_MIN_SQNR_DB, EXPORT_FILES, RUN_FILES, export_demo, load_embedded, run_demo
 from quantdbg.errors import ConfigError
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``demo`` subcommand to ``sub``."""
     parser = add_command(
         sub, "demo", run,
-        help="Calibrate, analyze, fall back and report on the embedded digits CNN (offline).",
-        description="The whole job on the digits CNN shipped inside quantdbg: entropy calibration, per-layer "
-        "sensitivity, FP16 fallback search, doctor, and an HTML/Markdown/JSON report.",
+        help="quantdbg auto on the embedded digits CNN, with a short table (offline).",
+        description="The whole job on the digits CNN shipped inside quantdbg, as `quantdbg auto` does it: "
+        "entropy calibration, the INT8 repairs, per-layer sensitivity, the FP16 fallback search, and an "
+        "HTML/Markdown/JSON report, the models and the re-appliable result (plan.json).",
     )
     parser.add_argument(
         "-o",
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=DEMO_MIN_SQNR_DB,
         metavar="DB",
-        help=f"Fallback target: logits SQNR against FP32 in dB (default {DEMO_MIN_SQNR_DB:g}).",
+        help=f"Target: logits SQNR against FP32 in dB (default {DEMO_MIN_SQNR_DB:g}).",
     )
     parser.add_argument(
         "--threads", type=int, default=0, metavar="N", help="ONNX Runtime threads (default 0: all cores)."
@@ -106,8 +107,7 @@ def run(args: argparse.Namespace) -> int:
     )
     sys.stdout.write(result.summary_text())
     sys.stdout.write(
-        f"report: {result.files['report.html']}\n(also report.md, report.json, the INT8 and "
-        f"mixed models, fallback_plan.json and the files its build commands read in {folder}; "
-        f"{result.seconds:.1f} s)\n"
+        f"report: {result.files['report.html']}\n(also report.md, report.json, the INT8 and final models, "
+        f"plan.json with the build commands, and the files they read, in {folder}; {result.seconds:.1f} s)\n"
     )
     return 0

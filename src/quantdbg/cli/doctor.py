@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli import add_command
 from quantdbg.cli._options import (
     add_data_option,
     add_fail_on_option,
@@ -15,6 +14,7 @@ from quantdbg.cli._options import (
     show_progress,
 )
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli.app import add_command
 from quantdbg.config import CalibConfig
 from quantdbg.diagnostics import CHECKS, DoctorConfig, diagnose
 from quantdbg.report import render_markdown, write_report

@@ -15,7 +15,6 @@ from typing import Any
 
 from quantdbg._io import commit_together
 from quantdbg._journal import Journal
-from quantdbg.cli import add_command
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
 from quantdbg.cli._options import (
     add_model_options,
@@ -30,16 +29,14 @@ from quantdbg.cli._options import (
 )
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
+from quantdbg.cli.app import add_command
 from quantdbg.config import Precision
-from quantdbg.fallback import FallbackConfig, auto_fallback, fallback_ingredients
-from quantdbg.model import input_specs
-from quantdbg.sensitivity import (
-    MODES,
-    JournaledEvaluator,
-    SensitivityConfig,
-    SensitivityReport,
-    VariantEvaluator,
-)
+from quantdbg.fallback import FallbackConfig, auto_fallback
+from quantdbg.fallback.end_to_end import fallback_ingredients
+from quantdbg.model.specs import input_specs
+from quantdbg.sensitivity import SensitivityConfig, SensitivityReport, VariantEvaluator
+from quantdbg.sensitivity.config import MODES
+from quantdbg.sensitivity.journaled import JournaledEvaluator
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,9 +11,9 @@ import textwrap
 from pathlib import Path
 
 from quantdbg._io import commit_together, write_json_atomic, write_text_atomic
-from quantdbg.cli import add_command
 from quantdbg.cli._options import add_fail_on_option, add_model_argument
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli.app import add_command
 from quantdbg.diagnostics import RULES, LintReport, lint
 
 _EPILOG = """\

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from quantdbg.cli import add_command
 from quantdbg.cli._paths import claim_outputs
+from quantdbg.cli.app import add_command
 from quantdbg.errors import ConfigError
 from quantdbg.report import load_result, render_markdown, write_report
 
@@ -16,8 +16,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
         sub, "report", run_report,
         help="Render a result JSON as a self-contained HTML and/or Markdown report.",
-        description="Render any result quantdbg wrote (calibration, `analyze --out`, `fallback --plan`, "
-        "lint, `doctor --json`, `demo`'s report.json) as HTML with embedded plots and/or Markdown.",
+        description="Render any result quantdbg wrote (calibration, `calibrate --scales`, `analyze --out`, "
+        "`fallback --plan`, `lint --json`, `doctor --json`, `auto --plan`, `demo`'s report.json) as HTML "
+        "with embedded plots and/or Markdown.",
     )
     parser.add_argument("result", metavar="RESULT.json", help="A result JSON written by quantdbg.")
     parser.add_argument("--html", metavar="OUT.html", help="Write the HTML report here.")

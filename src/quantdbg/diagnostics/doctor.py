@@ -32,7 +32,8 @@ from quantdbg.diagnostics.findings import Finding, Severity, reaches, severity_c
 from quantdbg.diagnostics.linter import LintReport
 from quantdbg.errors import QuantDbgError
 from quantdbg.evaluation import TaskMetric
-from quantdbg.model import FoldedWeight, ModelSource, as_loaded
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.weights import FoldedWeight
 from quantdbg.qdq import quantize
 from quantdbg.sensitivity import SensitivityReport
 

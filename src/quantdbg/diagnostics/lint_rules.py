@@ -25,7 +25,8 @@ from quantdbg.diagnostics.qdq_graph import (
     preview,
     weight_quantization,
 )
-from quantdbg.model import QUANTIZED_OP_TYPES, WEIGHTED_OPS
+from quantdbg.model.load import QUANTIZED_OP_TYPES
+from quantdbg.model.weights import WEIGHTED_OPS
 
 # Ops whose "Supported Types" in onnx-tensorrt's operators.md include INT8.
 _INT8_TYPED = frozenset({

@@ -37,14 +37,14 @@ from quantdbg.diagnostics.findings import (
     NO_EVIDENCE,
     Finding,
     Severity,
-    markdown_cell,
     reaches,
     severity_counts,
 )
 from quantdbg.diagnostics.lint_rules import RULES
 from quantdbg.diagnostics.qdq_graph import QdqGraph
 from quantdbg.errors import ConfigError
-from quantdbg.model import ModelSource, load_model
+from quantdbg.model import load_model
+from quantdbg.model.load import ModelSource
 
 LINT_SEVERITIES: tuple[Severity, ...] = tuple(
     s for s in Severity if any(r.severity is s for r in RULES.values()))
@@ -73,6 +73,16 @@ class _LintForm:
     model: str = ""
 
 
+def _untagged(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A lint report written before reports had a tag: recognised by its keys."""
+    findings = data.get("findings")
+    if isinstance(findings, list) and "counts" in data and all(isinstance(f, dict) and "rule" in f
+                                                               for f in findings):
+        return data
+    return None
+
+
+@_json.document("quantdbg.lint", 1, untagged=_untagged)
 @dataclass(frozen=True, repr=False)
 class LintReport(_display.Displayable, _json.Serializable):
     """The findings of :func:`lint`, most severe first.
@@ -114,18 +124,6 @@ class LintReport(_display.Displayable, _json.Serializable):
         form = _json.decode(_LintForm, data, where)  # "counts" is derived: recomputed, not read
         return cls(tuple(Finding(e.rule, e.severity, 0.0, e.message, (e.node,), NO_EVIDENCE, e.fix)
                          for e in form.findings), form.model)
-
-    def to_markdown(self) -> str:
-        """A Markdown section: a summary line and one table row per finding."""
-        title = f"## TensorRT Q/DQ lint{f': `{self.model}`' if self.model else ''}"
-        if not self.findings:
-            return f"{title}\n\nNo findings.\n"
-        summary = ", ".join(f"{name}: {n}" for name, n in self.counts().items()).capitalize()
-        rows = ["| Severity | Rule | Node | Finding | Fix |", "|---|---|---|---|---|"]
-        for f in self.findings:
-            cells = (f.severity.value, f"`{f.check}`", f"`{f.subjects[0]}`", f.title, f.fix)
-            rows.append("| " + " | ".join(markdown_cell(c) for c in cells) + " |")
-        return f"{title}\n\n{summary}.\n\n" + "\n".join(rows) + "\n"
 
 
 def lint(model: ModelSource, *, skip: Collection[str] = ()) -> LintReport:

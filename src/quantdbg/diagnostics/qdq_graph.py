@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from quantdbg.model import WEIGHTED_OPS, computed_constants, tensor_array
+from quantdbg.model.external import tensor_array
+from quantdbg.model.graph import trans_b
+from quantdbg.model.weights import WEIGHTED_OPS, computed_constants
 from quantdbg.quant_math import QMAX, channel_scale, fake_quant, sqnr_db, weight_axis
 
 CLIP_TOLERANCE = 0.01
@@ -39,7 +41,7 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class QParams:
+class QdqNodeParams:
     """A Q or DQ node's quantization parameters, where they are constants.
 
     Attributes:
@@ -162,14 +164,14 @@ class QdqGraph:
         """QuantizeLinear nodes reading ``tensor``."""
         return [c for c in self.consumers.get(tensor, []) if c.op_type == "QuantizeLinear"]
 
-    def qparams(self, node: onnx.NodeProto) -> QParams:
+    def qparams(self, node: onnx.NodeProto) -> QdqNodeParams:
         """The constant quantization parameters of a Q or DQ node."""
         scale = self.value(node.input[1]) if len(node.input) > 1 else None
         zp = self.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         dtype = zp.dtype if zp is not None else None
         if dtype is None and node.op_type == "DequantizeLinear" and node.input[0] in self.constants:
             dtype = self.constants[node.input[0]].dtype  # pre-quantized integer weights
-        return QParams(scale, zp, int(attr(node, "axis", 1)), dtype)
+        return QdqNodeParams(scale, zp, int(attr(node, "axis", 1)), dtype)
 
     def pairs(self) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto | None]]:
         """(reported node, its Q partner) for every DQ, and every Q that feeds no DQ."""
@@ -206,7 +208,7 @@ class QdqGraph:
 
 def output_channel_axis(node: onnx.NodeProto, rank: int) -> int | None:
     """Output-channel axis of input 1 of a weighted op (None: the weight has no channel axis)."""
-    return weight_axis(node.op_type, rank, bool(int(attr(node, "transB", 0))))
+    return weight_axis(node.op_type, rank, trans_b(node))
 
 
 def channel_counts(node: onnx.NodeProto, weight: np.ndarray | LazyConstant) -> tuple[int, int] | None:
@@ -218,7 +220,7 @@ def channel_counts(node: onnx.NodeProto, weight: np.ndarray | LazyConstant) -> t
         return int(weight.shape[0]), int(weight.shape[1]) * group
     if node.op_type == "Gemm" and weight.ndim == 2:
         rows, cols = (int(d) for d in weight.shape)
-        return (cols, rows) if int(attr(node, "transB", 0)) else (rows, cols)
+        return (cols, rows) if trans_b(node) else (rows, cols)
     if node.op_type == "MatMul" and weight.ndim >= 2:
         return int(weight.shape[-2]), int(weight.shape[-1])
     return None

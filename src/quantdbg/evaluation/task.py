@@ -154,7 +154,7 @@ class OutputMetric(TaskMetric):
     """An output-difference metric against FP32 (SQNR, cosine, ...), as a task metric.
 
     Args:
-        metric: Which metric (see :data:`quantdbg.evaluation.MetricName`).
+        metric: Which metric (see :data:`quantdbg.evaluation.metrics.MetricName`).
         output: Score only this output (None: all outputs pooled).
     """
 

@@ -3,11 +3,8 @@
 :class:`LocalExecutor` runs tasks serially or in forked processes; :class:`RayExecutor` (extra
 ``ray``, imported on first use) runs them as Ray tasks on a local instance or a cluster.
 """
-from quantdbg._exports import public_names as _public_names
-from quantdbg.execution.base import Executor as Executor
-from quantdbg.execution.base import OnResult as OnResult
-from quantdbg.execution.base import TaskFunction as TaskFunction
-from quantdbg.execution.local import LocalExecutor as LocalExecutor
-from quantdbg.execution.ray_executor import RayExecutor as RayExecutor
+from quantdbg.execution.base import Executor
+from quantdbg.execution.local import LocalExecutor
+from quantdbg.execution.ray_executor import RayExecutor
 
-__all__ = _public_names(globals())
+__all__ = ["Executor", "LocalExecutor", "RayExecutor"]

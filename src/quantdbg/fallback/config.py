@@ -76,7 +76,7 @@ class SearchConfig(_SearchSettings, Serializable):
 
 @dataclass(frozen=True)
 class FallbackConfig(_SearchSettings, Serializable):
-    """How :func:`~quantdbg.fallback.auto.auto_fallback` ranks and searches.
+    """How :func:`~quantdbg.fallback.end_to_end.auto_fallback` ranks and searches.
 
     Attributes:
         sensitivity: How the layers are ranked when no report is given (``mode="local"`` costs

@@ -14,24 +14,19 @@ from typing import Any, Literal, get_args
 
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
-from quantdbg.backends.tensorrt import (
-    BuildCommands,
-    EngineBuildSpec,
-    TrtConfig,
-    build_commands,
-    layer_precisions_problem,
-    trtexec_command,
-)
+from quantdbg.backends.tensorrt import BuildCommands, EngineBuildSpec, TrtConfig, build_commands
+from quantdbg.backends.tensorrt.commands import layer_precisions_problem, trtexec_command
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource
 from quantdbg.errors import FormatError, QuantDbgError
 from quantdbg.fallback.target import FallbackTarget
-from quantdbg.model import Footprint
+from quantdbg.model.footprint import Footprint
 
 logger = logging.getLogger(__name__)
 
 Strategy = Literal["auto", "bisect", "linear"]
-"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`)."""
+"""How the search walks the ranking (see :func:`~quantdbg.fallback.search.search_fallback`): ``"auto"``
+is the default that does not trust the ranking (a short gallop, then group testing)."""
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 PlanStatus = Literal["met", "unreachable", "verification_failed", "budget_exhausted"]
 """How a search ended (see :attr:`FallbackPlan.status`)."""
@@ -81,7 +76,7 @@ def phase_counts(evaluations: Iterable[FallbackEvaluation]) -> dict[Purpose, int
 class TensorRTSettings(Serializable):
     """What a TensorRT build of the mixed-precision model needs.
 
-    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.trtexec_command`. The
+    The trtexec command lines come from :func:`quantdbg.backends.tensorrt.commands.trtexec_command`. The
     JSON form (the plan's ``tensorrt`` section) spells the settings out for both builds: strongly
     typed, builder flags, layer precisions and the two trtexec command lines.
 
@@ -179,6 +174,8 @@ class FallbackPlan(_display.Displayable, Serializable):
             model from an FP32 model and calibration data (None when the model came quantized, or
             in files written before they were recorded).
         quant: See ``calib``.
+        metric: The name of the metric the values are (``"sqnr"``: output SQNR in dB; None in files
+            written before it was recorded, and for searches with a bare ``evaluate``).
     """
 
     status: PlanStatus
@@ -196,6 +193,7 @@ class FallbackPlan(_display.Displayable, Serializable):
     footprint: Footprint | None = field(default=None, compare=False, metadata=_json.optional())
     calib: CalibConfig | None = field(default=None, metadata=_json.optional())
     quant: QuantConfig | None = field(default=None, metadata=_json.optional())
+    metric: str | None = field(default=None, metadata=_json.optional())
 
     @property
     def n_evaluations(self) -> int:

@@ -107,7 +107,7 @@ def search_fallback(ranking: SensitivityReport | Sequence[str], evaluate: Score,
     ledger = Ledger(evaluate, target, {n: i for i, n in enumerate(names)}, config.budget(len(names)),
                     marking=config.strategy == "auto", evaluate_many=many)
     if config.strategy == "auto":
-        return _auto(ledger, names, config, verify or evaluate)
+        return _gallop_then_group(ledger, names, config, verify or evaluate)
     try:
         k = smallest_prefix(ledger, names, config.strategy)
     except BudgetExhausted:
@@ -128,7 +128,8 @@ def _evaluate_one(evaluate: Score, exclude: frozenset[str]) -> float:
     return float(evaluate(exclude))
 
 
-def _auto(ledger: Ledger, names: tuple[str, ...], config: SearchConfig, verify: Score) -> FallbackPlan:
+def _gallop_then_group(ledger: Ledger, names: tuple[str, ...], config: SearchConfig,
+                       verify: Score) -> FallbackPlan:
     """Gallop up to the share, else every layer out of INT8; then group testing (module docstring)."""
     try:
         size = gallop(ledger, names, config)

@@ -1,4 +1,4 @@
-"""The only ModelProto <-> onnx-graphsurgeon boundary, and constant values as gs sees them."""
+"""The only ModelProto <-> onnx-graphsurgeon boundary, and constant values and dtypes as gs sees them."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,6 +6,18 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from quantdbg.model.external import constant_array
+
+FLOAT32 = np.dtype(np.float32)
+"""The only float type quantized to INT8: activations and weights of other types stay as they are."""
+
+
+def is_float(tensor: gs.Tensor) -> bool:
+    """True for a float32 tensor, or one whose type is unknown."""
+    dtype = tensor.dtype
+    if dtype is None:
+        return True
+    # gs keeps dtypes NumPy lacks (bfloat16, float8) as onnx.TensorProto enums (ints).
+    return not isinstance(dtype, int) and np.dtype(dtype) == FLOAT32
 
 
 def constant_values(tensor: gs.Tensor) -> np.ndarray | None:
@@ -20,6 +32,18 @@ def constant_values(tensor: gs.Tensor) -> np.ndarray | None:
             and isinstance(producer.attrs.get("value"), gs.Constant):
         return constant_array(producer.attrs["value"])
     return None
+
+
+def trans_b(node: gs.Node | onnx.NodeProto | None) -> bool:
+    """True for a Gemm that reads its B input transposed (``transB=1``: B is ``[N, K]``)."""
+    if node is None:
+        return False
+    if isinstance(node, gs.Node):
+        op, value = node.op, node.attrs.get("transB", 0)
+    else:
+        op = node.op_type
+        value = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == "transB"), 0)
+    return op == "Gemm" and bool(int(value))
 
 
 def to_graph(model: onnx.ModelProto) -> gs.Graph:

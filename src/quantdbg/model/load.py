@@ -82,7 +82,7 @@ def load_model(source: ModelSource, *, allow_quantized: bool = False) -> onnx.Mo
     Returns:
         A new ModelProto at opset >= 13 with inferred shapes, weights in memory or in
         their data file (read on demand), every node
-        named (:func:`~quantdbg.model.name_nodes`) and, unless it holds Q/DQ or QLinear ops,
+        named (:func:`~quantdbg.model.names.name_nodes`) and, unless it holds Q/DQ or QLinear ops,
         every weight folded into an initializer (see :attr:`LoadedModel.folded`).
 
     Raises:

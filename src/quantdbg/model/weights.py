@@ -226,7 +226,7 @@ def fold_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[FoldedW
 
     Only the nodes computing weights are evaluated; other constant subgraphs (shape computations
     included) stay as they are, and nodes left without readers are removed. Unnamed nodes are named
-    as :func:`~quantdbg.model.name_nodes` names them.
+    as :func:`~quantdbg.model.names.name_nodes` names them.
 
     Args:
         model: An FP32 model with topologically sorted nodes; never modified.

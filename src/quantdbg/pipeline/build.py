@@ -13,7 +13,7 @@ from pathlib import Path
 
 from quantdbg.data import DEFAULT_BATCH_SIZE, DataSource
 from quantdbg.fallback import FallbackPlan
-from quantdbg.model import ModelSource
+from quantdbg.model.load import ModelSource
 from quantdbg.pipeline.config import AutoConfig
 from quantdbg.pipeline.result import AutoResult
 

@@ -21,11 +21,11 @@ from quantdbg.calibration import (
     CalibrationResult,
     CollectConfig,
     calibrate,
-    collect_channel_absmax,
     collect_stats,
     correct_biases,
     equalize,
 )
+from quantdbg.calibration.smoothing.measure import collect_channel_absmax
 from quantdbg.config import CalibConfig
 from quantdbg.data import CalibrationData
 from quantdbg.evaluation import TaskMetric
@@ -34,13 +34,10 @@ from quantdbg.pipeline.config import AutoConfig, Phase
 from quantdbg.pipeline.records import ChannelRange, SmoothingStep
 from quantdbg.placement import QdqPlan, plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
-from quantdbg.sensitivity import (
-    JournaledEvaluator,
-    SensitivityReport,
-    analyze_variants,
-    default_runner_factory,
-    model_key,
-)
+from quantdbg.sensitivity import SensitivityReport
+from quantdbg.sensitivity.analyze import analyze_variants
+from quantdbg.sensitivity.evaluator import default_runner_factory
+from quantdbg.sensitivity.journaled import JournaledEvaluator, model_key
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,12 @@ from quantdbg._fingerprint import digest, feeds_digest
 from quantdbg._journal import Journal, canonical
 from quantdbg.data import CalibrationData, DataSource, as_model_data
 from quantdbg.errors import ConfigError
-from quantdbg.evaluation import MetricName, OutputMetric, TaskMetric, as_task_metric
+from quantdbg.evaluation import OutputMetric, TaskMetric
+from quantdbg.evaluation.metrics import MetricName
+from quantdbg.evaluation.task import as_task_metric
 from quantdbg.fallback import FallbackResult, FallbackTarget, auto_fallback
-from quantdbg.model import LoadedModel, ModelSource, as_loaded
+from quantdbg.model import LoadedModel
+from quantdbg.model.load import ModelSource, as_loaded
 from quantdbg.pipeline.build import with_build
 from quantdbg.pipeline.config import PHASES, AutoConfig, Outcome
 from quantdbg.pipeline.context import AutoContext, Stage
@@ -36,7 +39,8 @@ from quantdbg.pipeline.records import RepairRecord
 from quantdbg.pipeline.repairs import REPAIR_PASSES
 from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
-from quantdbg.sensitivity import JournaledMetric, VariantEvaluator, model_key
+from quantdbg.sensitivity import VariantEvaluator
+from quantdbg.sensitivity.journaled import JournaledMetric, model_key
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.calibration import apply_smoothing, calibrate, equalize
+from quantdbg.calibration import calibrate, equalize
+from quantdbg.calibration.smoothing.apply import apply_smoothing
 from quantdbg.config import CalibConfig, Precision, QuantConfig
 from quantdbg.data import DataSource, as_model_data
 from quantdbg.errors import ConfigError, FormatError, ModelError
 from quantdbg.fallback import FallbackPlan
-from quantdbg.model import LoadedModel, ModelSource, as_loaded
+from quantdbg.model import LoadedModel
+from quantdbg.model.load import ModelSource, as_loaded
 from quantdbg.pipeline.records import RepairRecord, SmoothingStep
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq, remove_qdq

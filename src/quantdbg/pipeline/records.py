@@ -10,7 +10,8 @@ import numpy as np
 
 from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.calibration import Migration, SmoothingConfig
+from quantdbg.calibration import SmoothingConfig
+from quantdbg.calibration.smoothing.result import Migration
 from quantdbg.pipeline.config import Repair
 
 
@@ -94,7 +95,7 @@ class SmoothingStep(Serializable):
         object.__setattr__(self, "outlier_ratio", MappingProxyType(dict(self.outlier_ratio)))
 
     def absmax(self) -> dict[str, np.ndarray]:
-        """Tensor -> per-channel max|x|, as :func:`quantdbg.calibration.apply_smoothing` takes them."""
+        """Tensor -> per-channel max|x|, as :func:`~quantdbg.calibration.smoothing.apply_smoothing` takes."""
         return {r.tensor: r.absmax for r in self.act_absmax}
 
 

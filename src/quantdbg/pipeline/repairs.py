@@ -7,8 +7,8 @@ when the task metric improves.
 * :class:`CalibratorRepair`: per activation tensor, the registered calibrator whose range gives
   the layers reading it the best local output SQNR (the sensitivity evidence,
   :func:`quantdbg.sensitivity.suggest_calibrators`); the ranges are re-derived from the stored
-  statistics (:func:`quantdbg.calibration.recalibrate`), with no pass over the data.
-* :class:`SmoothQuantRepair`: SmoothQuant (:func:`quantdbg.calibration.apply_smoothing`) on the
+  statistics (:func:`quantdbg.calibration.ranges.recalibrate`), with no pass over the data.
+* :class:`SmoothQuantRepair`: SmoothQuant (:func:`quantdbg.calibration.smoothing.apply_smoothing`) on the
   MatMul/Gemm nodes whose activation carries outlier channels (one pass measures the per-channel
   ranges, one calibrates the smoothed model).
 * :class:`EqualizeRepair`: cross-layer equalization (:func:`quantdbg.calibration.equalize`) of
@@ -31,16 +31,13 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from quantdbg.calibration import (
-    Migration,
-    SmoothingConfig,
-    apply_smoothing,
-    equalize,
-    recalibrate,
-    smoothing_targets,
-)
+from quantdbg.calibration import SmoothingConfig, equalize
+from quantdbg.calibration.ranges import recalibrate
+from quantdbg.calibration.smoothing.apply import apply_smoothing, smoothing_targets
+from quantdbg.calibration.smoothing.result import Migration
 from quantdbg.config import CalibConfig, CalibratorSpec, TensorKind
-from quantdbg.model import LoadedModel, as_loaded
+from quantdbg.model import LoadedModel
+from quantdbg.model.load import as_loaded
 from quantdbg.pipeline.config import (
     AutoConfig,
     BiasCorrectionRepairConfig,

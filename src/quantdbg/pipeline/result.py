@@ -10,7 +10,8 @@ from typing import Any
 
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
-from quantdbg.fallback import FallbackEvaluation, FallbackPlan, FallbackTarget
+from quantdbg.fallback import FallbackPlan, FallbackTarget
+from quantdbg.fallback.plan import FallbackEvaluation
 from quantdbg.pipeline.config import MET_OUTCOMES, Outcome, Phase
 from quantdbg.pipeline.recipe import AutoRecipe
 from quantdbg.pipeline.records import RepairRecord

@@ -7,7 +7,7 @@ Placement follows TensorRT's explicit-quantization guidance:
   output (TensorRT propagates the DQ forward and the Q backward, so output Q/DQ would only block
   fusions). A weight is any input constants alone compute: held in a Constant node, behind a
   Transpose or a Cast of an initializer, or an initializer also listed as a graph input, it is
-  folded into an initializer first (:func:`quantdbg.model.fold_weights`; recorded in
+  folded into an initializer first (:func:`quantdbg.model.weights.fold_weights`; recorded in
   :attr:`QdqPlan.folded_weights`), so it is never calibrated as an activation;
 * the other input of an ``Add`` fed by a quantized Conv is quantized too, so Conv+Add fuse into one
   INT8 kernel (the ResNet residual);
@@ -20,28 +20,19 @@ tensor constants alone compute is ever one of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
 from quantdbg import _json
 from quantdbg.config import QuantConfig, TensorKind
-from quantdbg.model import (
-    WEIGHTED_OPS,
-    FoldedWeight,
-    LoadedModel,
-    check_node_globs,
-    constant_tensors,
-    fold_weights,
-    name_graph_nodes,
-    to_graph,
-)
+from quantdbg.model import LoadedModel
+from quantdbg.model.graph import is_float, to_graph, trans_b
+from quantdbg.model.names import check_node_globs, name_graph_nodes
+from quantdbg.model.weights import WEIGHTED_OPS, FoldedWeight, constant_tensors, fold_weights
 from quantdbg.quant_math import weight_axis
 
 DEFAULT_QUANT = QuantConfig()
-_FLOAT = np.dtype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -116,7 +107,7 @@ class QdqPlan(_json.Serializable):
 def plan_qdq(model: onnx.ModelProto | LoadedModel, config: QuantConfig = DEFAULT_QUANT) -> QdqPlan:
     """Decides which (node, input) pairs get Q/DQ, before any calibration.
 
-    Unnamed nodes are named as :func:`quantdbg.model.name_nodes` names them, and weights that are
+    Unnamed nodes are named as :func:`quantdbg.model.names.name_nodes` names them, and weights that are
     not plain initializers are folded as :func:`quantdbg.model.load_model` folds them, so the plan
     matches the model :func:`insert_qdq` builds. The model is not modified.
 
@@ -159,19 +150,6 @@ def plan_qdq(model: onnx.ModelProto | LoadedModel, config: QuantConfig = DEFAULT
     return QdqPlan(tuple(ordered), _ordered_groups(groups, ordered), folded)
 
 
-def is_float(tensor: gs.Tensor) -> bool:
-    """True for a float32 tensor, or one whose type is unknown."""
-    dtype = tensor.dtype
-    if dtype is None:
-        return True
-    return not _is_onnx_enum(dtype) and np.dtype(dtype) == _FLOAT
-
-
-def _is_onnx_enum(dtype: Any) -> bool:
-    # gs keeps dtypes NumPy lacks (bfloat16, float8) as onnx.TensorProto enums (ints).
-    return isinstance(dtype, int) and not isinstance(dtype, np.dtype)
-
-
 def _is_activation(tensor: gs.Tensor, constants: frozenset[str]) -> bool:
     """A float tensor that depends on the graph inputs (not computed from constants alone)."""
     return not isinstance(tensor, gs.Constant) and tensor.name not in constants and is_float(tensor)
@@ -190,7 +168,7 @@ def _weight_axis(node: gs.Node, index: int, weight: gs.Constant, config: QuantCo
     """Output-channel axis of a weight input, or None when it is quantized per tensor."""
     if not config.per_channel or index != 1:
         return None  # a constant on the left of a MatMul/Gemm is quantized per tensor
-    return weight_axis(node.op, len(weight.shape), bool(node.attrs.get("transB", 0)))
+    return weight_axis(node.op, len(weight.shape), trans_b(node))
 
 
 def _node_targets(node: gs.Node, config: QuantConfig, constants: frozenset[str]) -> list[QuantTarget]:

@@ -7,7 +7,6 @@ the digits being the big-endian IEEE float32 scale (``amax / 127``). For example
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -18,9 +17,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from quantdbg import _json
-from quantdbg._io import write_json_atomic, write_text_atomic
-from quantdbg.calibration import CalibrationResult, calibrator_name
+from quantdbg import _display, _json
+from quantdbg._io import write_text_atomic
+from quantdbg.calibration import CalibrationResult
+from quantdbg.calibration.calibrators.base import calibrator_name
 from quantdbg.config import TensorKind
 from quantdbg.errors import ConfigError, DataError
 from quantdbg.qdq.records import QuantizedModel
@@ -240,13 +240,44 @@ def read_trt_cache(path: str | os.PathLike) -> TrtCache:
     return parse_trt_cache(text, str(path))
 
 
-def scales_json(source: ScaleSource) -> dict[str, dict[str, Any]]:
-    """Tensor name -> ``{"scale", "amax", "method"}`` for a JSON scales file."""
-    return {name: e.to_dict() for name, e in scale_entries(source).items()}
+def _untagged_scales(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A scales file written before it had a tag: tensor name -> entry, every entry an object with a
+    ``scale``."""
+    if data and all(isinstance(entry, dict) and "scale" in entry for entry in data.values()):
+        return {"tensors": data}
+    return None
+
+
+@_json.document("quantdbg.scales", 1, untagged=_untagged_scales)
+@dataclass(frozen=True, repr=False)
+class CalibrationScales(_display.Displayable, _json.Serializable):
+    """What ``quantdbg calibrate --scales`` writes: each activation tensor's scale, clip and
+    calibrator (no statistics; a :class:`~quantdbg.calibration.CalibrationResult` has those).
+
+    Attributes:
+        tensors: Activation tensor name -> its entry.
+
+    Raises:
+        DataError: A scale is not finite and positive, or a clip is not finite (the tensor is named).
+    """
+
+    tensors: Mapping[str, ScaleEntry]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tensors", MappingProxyType(dict(self.tensors)))
+        for name, entry in self.tensors.items():
+            if not (math.isfinite(entry.scale) and entry.scale > 0 and math.isfinite(entry.amax)):
+                raise DataError(f"tensor {name!r} needs a finite positive 'scale' and a finite 'amax', "
+                                f"found scale {entry.scale} and amax {entry.amax}.")
+
+
+def scales_of(source: ScaleSource) -> CalibrationScales:
+    """The :class:`CalibrationScales` of ``source`` (see :func:`scale_entries` for the errors)."""
+    return CalibrationScales(scale_entries(source))
 
 
 def write_scales_json(source: ScaleSource, path: str | os.PathLike) -> Path:
-    """Writes :func:`scales_json` of ``source`` to ``path`` atomically.
+    """Writes :func:`scales_of` ``source`` to ``path`` as JSON, atomically.
 
     Returns:
         The destination path.
@@ -254,28 +285,14 @@ def write_scales_json(source: ScaleSource, path: str | os.PathLike) -> Path:
     Raises:
         ConfigError: Invalid scales, or the folder does not exist.
     """
-    return write_json_atomic(path, scales_json(source))
+    return scales_of(source).write(path)
 
 
-def read_scales_json(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Reads a JSON scales file written by :func:`write_scales_json`.
+def read_scales_json(path: str | os.PathLike) -> CalibrationScales:
+    """Reads a JSON scales file written by :func:`write_scales_json` (or by quantdbg 0.1.0, untagged).
 
     Raises:
-        DataError: The file is missing, not JSON, or an entry lacks a positive ``scale``.
+        FormatError: The file is missing, not JSON, or not a scales file; an entry lacks a finite
+            positive ``scale`` (the message names the file and the tensor).
     """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataError(f"Cannot read scales file {str(path)!r}: {err}") from err
-    if not isinstance(data, dict):
-        raise DataError(f"Scales file {str(path)!r}: expected an object of tensor name -> entry.")
-    for name, entry in data.items():
-        scale = entry.get("scale") if isinstance(entry, dict) else None
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < math.inf:
-            raise DataError(f"Scales file {str(path)!r}: tensor {name!r} needs a finite positive 'scale', "
-                            f"found {entry!r:.120}.")
-        method = entry.get("method")
-        if method is not None and not isinstance(method, str):
-            raise DataError(f"Scales file {str(path)!r}: tensor {name!r}: field 'method' must be a "
-                            f"calibrator name or null, found {method!r:.60}.")
-    return data
+    return CalibrationScales.read(path)

@@ -8,7 +8,10 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError, QuantDbgWarning
-from quantdbg.model import ModelSource, constant_tensors, constant_values, load_model, to_graph
+from quantdbg.model import load_model
+from quantdbg.model.graph import constant_values, to_graph
+from quantdbg.model.load import ModelSource
+from quantdbg.model.weights import constant_tensors
 from quantdbg.qdq.records import EXTERNAL_CALIBRATOR, QdqRecord, QuantizedModel
 
 

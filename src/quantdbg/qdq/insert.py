@@ -8,20 +8,17 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from quantdbg.calibration import CalibrationResult, apply_bias_corrections, equalize
+from quantdbg.calibration import CalibrationResult, equalize
+from quantdbg.calibration.bias_correction import apply_bias_corrections
 from quantdbg.config import QuantConfig, TensorKind
 from quantdbg.errors import ModelError, NotCalibratedError, unknown
-from quantdbg.model import (
-    ModelSource,
-    UniqueNames,
-    as_loaded,
-    check_model,
-    check_weight,
-    constant_values,
-    to_graph,
-    to_model,
-)
-from quantdbg.placement import DEFAULT_QUANT, QdqPlan, QuantTarget, plan_qdq
+from quantdbg.model.graph import constant_values, to_graph, to_model
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.names import UniqueNames
+from quantdbg.model.staging import check_model
+from quantdbg.model.weights import check_weight
+from quantdbg.placement import QdqPlan, QuantTarget, plan_qdq
+from quantdbg.placement.plan import DEFAULT_QUANT
 from quantdbg.qdq.records import WEIGHT_CALIBRATOR, QdqRecord, QuantizedModel
 from quantdbg.quant_math import channel_amax, scale_from_amax
 

@@ -9,7 +9,7 @@ from quantdbg.calibration import calibrate
 from quantdbg.config import CalibConfig, QuantConfig
 from quantdbg.data import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE  # still importable from here
 from quantdbg.data import DataSource, as_model_data
-from quantdbg.model import ModelSource, as_loaded
+from quantdbg.model.load import ModelSource, as_loaded
 from quantdbg.placement import plan_qdq
 from quantdbg.qdq.insert import insert_qdq
 from quantdbg.qdq.records import QuantizedModel

@@ -114,7 +114,7 @@ class QuantizedModel(_display.Displayable):
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the provenance (records and excluded nodes, not the model bytes) as JSON-ready data."""
-        return _Provenance(self.records, self.excluded, self.excluded_precision).to_dict()
+        return _QuantizedModelProvenance(self.records, self.excluded, self.excluded_precision).to_dict()
 
     @classmethod
     def from_dict(cls, data: Any, model: onnx.ModelProto, source: str = "<data>") -> QuantizedModel:
@@ -123,12 +123,12 @@ class QuantizedModel(_display.Displayable):
         Raises:
             FormatError: ``data`` is not what :meth:`to_dict` writes (``source`` and the field named).
         """
-        found = _Provenance.from_dict(data, source)
+        found = _QuantizedModelProvenance.from_dict(data, source)
         return cls(model, found.records, excluded=found.excluded, excluded_precision=found.excluded_precision)
 
 
 @dataclass(frozen=True)
-class _Provenance(_json.Serializable):
+class _QuantizedModelProvenance(_json.Serializable):
     """What JSON holds of a :class:`QuantizedModel`: everything but the model and its calibration."""
 
     records: tuple[QdqRecord, ...]
@@ -136,4 +136,4 @@ class _Provenance(_json.Serializable):
     excluded_precision: Precision | None = None
 
 
-_Provenance.__name__ = "QuantizedModel"  # what its FormatErrors call it: the JSON form of one
+_QuantizedModelProvenance.__name__ = "QuantizedModel"  # what its FormatErrors call it: the JSON form of one

@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from quantdbg.calibration import BiasCorrection, restore_bias
+from quantdbg.calibration.bias_correction import BiasCorrection, restore_bias
 from quantdbg.config import Precision
 from quantdbg.errors import ModelError, QuantDbgWarning
-from quantdbg.model import UniqueNames, constant_values, to_graph, to_model
-from quantdbg.placement import is_float
+from quantdbg.model.graph import constant_values, is_float, to_graph, to_model
+from quantdbg.model.names import UniqueNames
 from quantdbg.qdq.insert import check_names
 from quantdbg.qdq.records import QdqRecord, QuantizedModel
 from quantdbg.quant_math import FP16_MAX

@@ -12,7 +12,7 @@ from typing import Any
 
 from quantdbg._optional import is_available, load
 from quantdbg._version import __version__
-from quantdbg.diagnostics import Cell, format_cell
+from quantdbg.diagnostics.findings import Cell, format_cell
 from quantdbg.report.results import report_title
 from quantdbg.report.sections.base import MAX_ROWS, Plot, Section, Table
 from quantdbg.report.sections.registry import sections_of

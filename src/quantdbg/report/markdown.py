@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quantdbg.diagnostics import markdown_cell
+from quantdbg.diagnostics.findings import markdown_cell
 from quantdbg.report.results import report_title
 from quantdbg.report.sections.base import MAX_ROWS, Table
 from quantdbg.report.sections.registry import sections_of

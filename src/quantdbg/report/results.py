@@ -1,10 +1,11 @@
 """The results a report renders: which kinds exist, a bundle of several, and their JSON.
 
 A report renders any of :class:`~quantdbg.calibration.CalibrationResult`,
-:class:`~quantdbg.sensitivity.SensitivityReport`, :class:`~quantdbg.fallback.FallbackPlan`,
-:class:`~quantdbg.diagnostics.LintReport`, :class:`~quantdbg.diagnostics.DoctorReport`,
-:class:`~quantdbg.pipeline.AutoResult`, or a :class:`ReportBundle` of several. Its JSON is the result's
-own ``to_dict()``, which :func:`load_result` reads back.
+:class:`~quantdbg.qdq.CalibrationScales`, :class:`~quantdbg.sensitivity.SensitivityReport`,
+:class:`~quantdbg.fallback.FallbackPlan`, :class:`~quantdbg.diagnostics.LintReport`,
+:class:`~quantdbg.diagnostics.DoctorReport`, :class:`~quantdbg.pipeline.AutoResult`, or a
+:class:`ReportBundle` of several. Its JSON is the result's own ``to_dict()``, a tagged document that
+:func:`load_result` reads back through the one codec (:mod:`quantdbg._json`), which knows every tag.
 """
 from __future__ import annotations
 
@@ -12,31 +13,25 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from quantdbg import _display, _json
 from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, Evidence, LintReport
-from quantdbg.errors import ConfigError
+from quantdbg.errors import ConfigError, FormatError
 from quantdbg.fallback import FallbackPlan
 from quantdbg.pipeline import AutoResult
+from quantdbg.qdq import CalibrationScales
 from quantdbg.sensitivity import SensitivityReport
 
-ResultKind = Literal["calibration", "sensitivity", "fallback", "lint", "doctor", "auto", "bundle"]
+ResultKind = Literal["calibration", "scales", "sensitivity", "fallback", "lint", "doctor", "auto", "bundle"]
 KINDS: tuple[ResultKind, ...] = get_args(ResultKind)
 
 PRIMARY_TABLE: Mapping[ResultKind, str] = {
-    "calibration": "calibration-ranges", "sensitivity": "sensitivity-ranking",
+    "calibration": "calibration-ranges", "scales": "scale-ranges", "sensitivity": "sensitivity-ranking",
     "fallback": "fallback-evaluations", "lint": "lint-findings", "doctor": "doctor-findings",
     "auto": "auto-summary", "bundle": "summary"}
 """Each kind's main table (what :func:`quantdbg.report.to_dataframe` returns)."""
-
-# A result file's format tag (before the version) -> its kind; calibration and lint files have none.
-_FORMATS: Mapping[str, ResultKind] = {
-    "quantdbg.report/": "bundle", "quantdbg.doctor/": "doctor", "quantdbg.sensitivity/": "sensitivity",
-    "quantdbg.fallback_plan/": "fallback", "quantdbg.auto/": "auto"}
-
 
 @dataclass(frozen=True)
 class _Member:
@@ -90,13 +85,17 @@ class ReportBundle(_display.Displayable, _json.Serializable):
     @classmethod
     def __json_decode__(cls, data: Any, where: str) -> ReportBundle:
         form = _json.decode(_BundleForm, data, where)
-        return cls(form.title, tuple(result_from_dict(m.data, m.kind) for m in form.results), form.summary,
-                   form.notes)
+        at = f"{where}." if where else ""
+        results = tuple(_json.decode(_TYPES[m.kind], m.data, f"{at}results[{i}].data")
+                        for i, m in enumerate(form.results))
+        return _json.construct(cls, {"title": form.title, "results": results, "summary": form.summary,
+                                     "notes": form.notes}, where)
 
 
 _TYPES: Mapping[ResultKind, type] = {
-    "calibration": CalibrationResult, "sensitivity": SensitivityReport, "fallback": FallbackPlan,
-    "lint": LintReport, "doctor": DoctorReport, "auto": AutoResult, "bundle": ReportBundle}
+    "calibration": CalibrationResult, "scales": CalibrationScales, "sensitivity": SensitivityReport,
+    "fallback": FallbackPlan, "lint": LintReport, "doctor": DoctorReport, "auto": AutoResult,
+    "bundle": ReportBundle}
 
 
 def result_types() -> tuple[type, ...]:
@@ -114,8 +113,8 @@ def kind_of(result: Any) -> ResultKind:
         if isinstance(result, cls):
             return kind
     raise ConfigError(f"Cannot render a {type(result).__name__}; pass one of CalibrationResult, "
-                      "SensitivityReport, FallbackPlan, LintReport, DoctorReport, AutoResult or "
-                      "ReportBundle.")
+                      "CalibrationScales, SensitivityReport, FallbackPlan, LintReport, DoctorReport, "
+                      "AutoResult or ReportBundle.")
 
 
 def report_title(result: Any, title: str | None = None) -> str:
@@ -131,55 +130,56 @@ def report_title(result: Any, title: str | None = None) -> str:
     return f"quantdbg {kind_of(result)} report"
 
 
-def _detect(data: Mapping[str, Any]) -> ResultKind:
-    fmt = str(data.get("format", ""))
-    for prefix, kind in _FORMATS.items():
-        if fmt.startswith(prefix):
-            return kind
-    if {"ranges", "stats", "config"} <= set(data):
-        return "calibration"
-    findings = data.get("findings")
-    if isinstance(findings, list) and "counts" in data and all("rule" in f for f in findings):
-        return "lint"
-    raise ConfigError("This JSON is not a quantdbg result: expected a calibration result, a sensitivity "
-                      "report (`quantdbg analyze --out`), a fallback plan (`quantdbg fallback --plan`), a "
-                      "lint report, a doctor report (`quantdbg doctor --json`), an automatic flow's result "
-                      "(`quantdbg auto --plan`) or a report bundle.")
+_RENDERABLE = ("A report renders a calibration result, a scales file (`quantdbg calibrate --scales`), a "
+               "sensitivity report (`quantdbg analyze --out`), a fallback plan (`quantdbg fallback --plan`), "
+               "a lint report (`quantdbg lint --json`), a doctor report (`quantdbg doctor --json`), an "
+               "automatic flow's result (`quantdbg auto --plan`) or a report bundle (`quantdbg demo`).")
 
 
-def result_from_dict(data: Mapping[str, Any], kind: str | None = None) -> Any:
+def _result_class(data: Any, kind: str | None, source: str) -> type:
+    """The class to read ``data`` as: ``kind``'s, or the one its tag names (the codec's registry)."""
+    if kind is not None:
+        if kind not in _TYPES:
+            raise ConfigError(f"Unknown result kind {kind!r}; expected one of {', '.join(KINDS)}.")
+        return _TYPES[kind]  # type: ignore[index]
+    try:
+        cls = _json.detect(data, source)
+    except FormatError as err:
+        raise FormatError(f"{err} {_RENDERABLE}") from None
+    if cls not in _TYPES.values():
+        raise ConfigError(f"{source} is a {_json.format_of(cls)} document, which is not a result a report "
+                          f"renders. {_RENDERABLE}")
+    return cls
+
+
+def result_from_dict(data: Any, kind: str | None = None, source: str = "<data>") -> Any:
     """Rebuilds a result from its ``to_dict()`` form.
 
     Args:
-        data: The dict.
-        kind: Its kind (None: detected from the format marker or the keys).
+        data: The parsed JSON.
+        kind: Its kind (None: the one its format tag names; untagged files of earlier versions
+            are recognised by the codec, :func:`quantdbg._json.detect`).
+        source: Names the data in errors (usually the file).
 
     Returns:
         The result object.
 
     Raises:
-        ConfigError: The kind is unknown or cannot be detected.
-        FormatError: The data is not a valid result of its kind.
+        ConfigError: The kind is unknown, or the document is not one a report renders.
+        FormatError: Not a quantdbg document, or not a valid result of its kind (the field is named).
     """
-    kind = kind or _detect(data)
-    if kind not in _TYPES:
-        raise ConfigError(f"Unknown result kind {kind!r}; expected one of {', '.join(KINDS)}.")
-    return _TYPES[kind].from_dict(data)  # type: ignore[index, attr-defined]
+    return _json.load(_result_class(data, kind, source), data, source)
 
 
 def load_result(path: str | os.PathLike) -> Any:
     """Reads any result JSON written by quantdbg (see :func:`result_from_dict`).
 
     Raises:
-        ConfigError: The file is missing, not JSON, or not a quantdbg result.
+        FormatError: The file is missing, not JSON (or nested absurdly deep), not a quantdbg
+            document, or a field is wrong (file and field named).
+        ConfigError: The document is not one a report renders.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"Cannot read result {str(path)!r}: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{str(path)!r} holds a JSON {type(data).__name__}, not a quantdbg result object.")
-    return result_from_dict(data)
+    return result_from_dict(_json.read_json(path), source=repr(os.fspath(path)))
 
 
 def render_json(result: Any) -> str:

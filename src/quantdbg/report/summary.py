@@ -8,7 +8,7 @@ from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, LintReport
 from quantdbg.fallback import FallbackPlan, FallbackResult
 from quantdbg.pipeline import AutoResult
-from quantdbg.qdq import QuantizedModel
+from quantdbg.qdq import CalibrationScales, QuantizedModel
 from quantdbg.report.results import ReportBundle
 from quantdbg.report.sections.base import fmt
 from quantdbg.sensitivity import SensitivityReport
@@ -31,6 +31,10 @@ def calibration_text(r: CalibrationResult) -> str:
     method = r.config.method if isinstance(r.config.method, str) else type(r.config.method).__name__
     return (f"CalibrationResult({len(r.ranges)} activation tensors, method={method!r}, "
             f"{r.n_samples} samples in {r.n_batches} batches)")
+
+
+def scales_text(s: CalibrationScales) -> str:
+    return f"CalibrationScales({len(s.tensors)} activation tensors: {names(list(s.tensors))})"
 
 
 def quantized_text(m: QuantizedModel) -> str:
@@ -83,7 +87,7 @@ def bundle_text(b: ReportBundle) -> str:
 
 
 TEXTS: dict[type, Any] = {
-    CalibrationResult: calibration_text, QuantizedModel: quantized_text, SensitivityReport: sensitivity_text,
-    FallbackPlan: plan_text, FallbackResult: fallback_result_text, AutoResult: auto_text,
-    DoctorReport: doctor_text, LintReport: lint_text, ReportBundle: bundle_text}
+    CalibrationResult: calibration_text, CalibrationScales: scales_text, QuantizedModel: quantized_text,
+    SensitivityReport: sensitivity_text, FallbackPlan: plan_text, FallbackResult: fallback_result_text,
+    AutoResult: auto_text, DoctorReport: doctor_text, LintReport: lint_text, ReportBundle: bundle_text}
 """Result class -> its one-line summary."""

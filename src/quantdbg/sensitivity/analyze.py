@@ -21,8 +21,9 @@ from quantdbg._fingerprint import compose, digest
 from quantdbg._journal import Journal
 from quantdbg.backends import RunnerFactory
 from quantdbg.data import DataSource
-from quantdbg.evaluation import MetricName, TaskMetric
-from quantdbg.model import ModelSource
+from quantdbg.evaluation import TaskMetric
+from quantdbg.evaluation.metrics import MetricName
+from quantdbg.model.load import ModelSource
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import OUTPUT_SPACE_MODES, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, default_runner_factory

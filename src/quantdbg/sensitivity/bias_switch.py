@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from quantdbg.model import UniqueNames
+from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QuantizedModel
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import onnx
 
 from quantdbg.config import TensorKind
-from quantdbg.model import tensor_nbytes, weight_bytes
+from quantdbg.model.external import tensor_nbytes, weight_bytes
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.graphs import LocalVariant
 

@@ -52,7 +52,7 @@ class SensitivityConfig(Serializable):
         progress: Show progress bars (else log lines at DEBUG).
         results_path: The analysis' journal (:mod:`quantdbg._journal`): each variant of a sweep
             as it is evaluated, then the report; an analysis interrupted earlier resumes from it,
-            a finished one returns its report (:func:`~quantdbg.sensitivity.finished_report`
+            a finished one returns its report (:func:`~quantdbg.sensitivity.analyze.finished_report`
             reads it); it must belong to the same models, data, mode and metric. None: nothing is
             written.
         output_samples: Local / cumulative modes: each layer's isolated variant runs on the first

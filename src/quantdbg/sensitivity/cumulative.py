@@ -16,7 +16,8 @@ import onnx
 from quantdbg._journal import Journal
 from quantdbg.config import TensorKind
 from quantdbg.data import CalibrationData
-from quantdbg.evaluation import MetricAccumulator, OutputMetrics
+from quantdbg.evaluation import OutputMetrics
+from quantdbg.evaluation.metrics import MetricAccumulator
 from quantdbg.quant_math import NSR_CAP, nsr
 from quantdbg.sensitivity.config import SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult

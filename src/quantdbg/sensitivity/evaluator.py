@@ -19,16 +19,11 @@ from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig, Runner, RunnerFact
 from quantdbg.config import Precision
 from quantdbg.data import CalibrationData, DataSource, as_model_data
 from quantdbg.errors import ModelError, unknown
-from quantdbg.evaluation import (
-    Comparison,
-    MetricAccumulator,
-    MetricName,
-    OutputMetric,
-    TaskMetric,
-    as_task_metric,
-    concat_batches,
-)
-from quantdbg.model import ModelSource, as_loaded, model_bytes
+from quantdbg.evaluation import Comparison, OutputMetric, TaskMetric
+from quantdbg.evaluation.metrics import MetricAccumulator, MetricName
+from quantdbg.evaluation.task import as_task_metric, concat_batches
+from quantdbg.model.external import model_bytes
+from quantdbg.model.load import ModelSource, as_loaded
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity.graphs import SwitchGraph, switch_graph
 

@@ -20,16 +20,11 @@ import numpy as np
 import onnx
 
 from quantdbg._json import Serializable
-from quantdbg.calibration import (
-    CollectConfig,
-    PercentileConfig,
-    TensorStats,
-    calibrator_amaxes,
-    collect_stats,
-    get_calibrator,
-)
+from quantdbg.calibration import CollectConfig, PercentileConfig, TensorStats, collect_stats
+from quantdbg.calibration.calibrators.base import calibrator_amaxes, get_calibrator
 from quantdbg.config import TensorKind
 from quantdbg.errors import QuantDbgError, QuantDbgWarning
+from quantdbg.model.graph import trans_b
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import channel_axis, channel_scale, fake_quant, zeroed_fraction
 from quantdbg.sensitivity.config import SensitivityConfig
@@ -72,8 +67,7 @@ class LayerEvidence(Serializable):
 
 
 def _output_axis(record: QdqRecord, w: np.ndarray, node: onnx.NodeProto | None) -> int:
-    trans_b = any(a.name == "transB" and a.i for a in (node.attribute if node else ()))
-    return channel_axis(record.op_type, w.ndim, trans_b, record.axis)
+    return channel_axis(record.op_type, w.ndim, trans_b(node), record.axis)
 
 
 def weight_evidence(record: QdqRecord, weights: np.ndarray, node: onnx.NodeProto | None) -> dict[str, float]:

@@ -23,7 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
-from quantdbg.model import UniqueNames, tensor_array
+from quantdbg.model.external import tensor_array
+from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
 from quantdbg.sensitivity.bias_switch import switch_biases

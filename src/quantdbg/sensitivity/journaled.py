@@ -22,8 +22,11 @@ from quantdbg._journal import EVALUATION, Journal
 from quantdbg._json import Serializable
 from quantdbg.backends import RunnerFactory
 from quantdbg.data import DataSource
-from quantdbg.evaluation import Comparison, MetricName, OutputMetric, TaskMetric, as_task_metric
-from quantdbg.model import ModelSource, model_bytes
+from quantdbg.evaluation import Comparison, OutputMetric, TaskMetric
+from quantdbg.evaluation.metrics import MetricName
+from quantdbg.evaluation.task import as_task_metric
+from quantdbg.model.external import model_bytes
+from quantdbg.model.load import ModelSource
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 
 import onnx
 
-from quantdbg.model import UniqueNames, is_external
+from quantdbg.model.external import is_external
+from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QdqRecord
 
 

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from quantdbg.evaluation import OutputMetrics
-from quantdbg.model import footprint
+from quantdbg.model.footprint import footprint
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.config import Mode
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult

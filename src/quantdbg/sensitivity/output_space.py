@@ -45,6 +45,13 @@ class OutputSpace(Serializable):
     sqnr_db: Mapping[str, float]
     ranking: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        if len(set(self.ranking)) != len(self.ranking) or set(self.ranking) != set(self.values) \
+                or set(self.ranking) != set(self.sqnr_db):
+            raise ConfigError("OutputSpace.ranking must list each layer once, and values and sqnr_db hold "
+                              f"exactly those layers; got {len(self.ranking)} ranked, {len(self.values)} "
+                              f"values, {len(self.sqnr_db)} SQNRs.")
+
 
 def _batch_metric(metric: TaskMetric, n_samples: int) -> TaskMetric:
     """The task metric on the first ``n_samples`` samples (the outputs' SQNR for model-file metrics)."""

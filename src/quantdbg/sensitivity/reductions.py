@@ -15,7 +15,8 @@ import numpy as np
 import onnx
 
 from quantdbg._progress import track
-from quantdbg.evaluation import OutputMetrics, metrics_from_sums
+from quantdbg.evaluation import OutputMetrics
+from quantdbg.evaluation.metrics import metrics_from_sums
 from quantdbg.sensitivity.clone_groups import clone_groups
 from quantdbg.sensitivity.evaluator import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant, local_graph

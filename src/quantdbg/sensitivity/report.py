@@ -12,9 +12,9 @@ from typing import Any
 from quantdbg import _display, _json
 from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
-from quantdbg.errors import check_choice, unknown
+from quantdbg.errors import ConfigError, check_choice, unknown
 from quantdbg.evaluation import Comparison, OutputMetrics
-from quantdbg.model import Footprint
+from quantdbg.model.footprint import Footprint
 from quantdbg.sensitivity.config import MODES, Mode
 from quantdbg.sensitivity.evidence import LayerEvidence
 from quantdbg.sensitivity.output_space import OutputSpace
@@ -147,6 +147,11 @@ class SensitivityReport(_display.Displayable, Serializable):
 
     def __post_init__(self) -> None:
         check_choice("sensitivity mode", self.mode, MODES)
+        nodes = [layer.node for layer in self.layers]
+        if len(set(nodes)) != len(nodes):
+            raise ConfigError("SensitivityReport.layers must hold each layer once.")
+        if self.output_space is not None and set(self.output_space.ranking) != set(nodes):
+            raise ConfigError("SensitivityReport.output_space must rank the same layers as the report.")
 
     def __json_encode__(self) -> dict[str, Any]:
         # Reports without an output-space ranking keep the form they had before it existed.

@@ -19,8 +19,10 @@ from quantdbg._io import write_bytes_atomic
 from quantdbg.backends.tensorrt.bindings import load_tensorrt, trt
 from quantdbg.backends.tensorrt.config import TrtConfig, resolve_profile
 from quantdbg.errors import BackendError, QuantDbgWarning, unknown
-from quantdbg.model import ModelSource, fits_in_protobuf, input_specs, load_model, save_model
-from quantdbg.model.external import external_bases
+from quantdbg.model import load_model, save_model
+from quantdbg.model.external import external_bases, fits_in_protobuf
+from quantdbg.model.load import ModelSource
+from quantdbg.model.specs import input_specs
 
 _LOG = logging.getLogger(__name__)
 

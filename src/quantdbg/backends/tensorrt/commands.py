@@ -46,7 +46,7 @@ from quantdbg.backends.tensorrt.config import (
 from quantdbg.config import Precision
 from quantdbg.data import DEFAULT_BATCH_SIZE, DataSource, as_data
 from quantdbg.errors import ConfigError, FormatError, ModelError
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 
 MIB = 1 << 20
 """Bytes in a MiB: the unit both tools' pool-size flags are written in when the size allows."""
@@ -102,7 +102,7 @@ class EngineBuildSpec(Serializable):
         """Reads the model's inputs and fills in the optimization profile of every dynamic one.
 
         The profile rule of every command: a dynamic axis 0 gets min 1, opt and max ``batch_size``
-        (:func:`~quantdbg.backends.tensorrt.batch_profile`); another dynamic axis (a sequence length)
+        (:func:`~quantdbg.backends.tensorrt.config.batch_profile`); another dynamic axis (a sequence length)
         the smallest and largest size it has in ``data``; fixed axes come from the model.
 
         Args:

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from quantdbg._json import Serializable
 from quantdbg.errors import ConfigError, unknown
-from quantdbg.model import TensorSpec
+from quantdbg.model.specs import TensorSpec
 
 MAX_OPT_LEVEL = 5
 """Highest ``builder_optimization_level`` TensorRT accepts."""
@@ -131,7 +131,7 @@ def resolve_profile(inputs: Mapping[str, TensorSpec], shapes: Mapping[str, Shape
     """Works out the optimization-profile range of every input that has a dynamic dimension.
 
     Args:
-        inputs: The model's inputs (:func:`quantdbg.model.input_specs`).
+        inputs: The model's inputs (:func:`quantdbg.model.specs.input_specs`).
         shapes: Explicit ranges by input name; they win over ``batch``.
         batch: (min, opt, max) of every dynamic axis 0.
         seen: The smallest and largest shapes each input had in the data (e.g.

@@ -6,14 +6,14 @@ nodes it was made from. This module reads that document; it needs no TensorRT.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quantdbg import _json
 from quantdbg._json import Serializable
-from quantdbg.errors import BackendError
+from quantdbg.errors import BackendError, FormatError
 
 # Words TensorRT uses for element types in "Format/Datatype" strings (e.g. "Thirty-two wide channel
 # vectorized row major Int8 format", "Row major linear FP32", "Half") and in TensorRT 11's separate
@@ -119,10 +119,9 @@ def parse_engine_info(text: str) -> tuple[LayerPrecision, ...]:
         BackendError: The text is not JSON or not shaped like inspector output.
     """
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as err:  # a syntax error, or nesting too deep
-        raise BackendError(f"Engine inspector output is not JSON ({err}); ask for "
-                           "LayerInformationFormat.JSON.") from err
+        doc = _json.parse(text, "Engine inspector output")
+    except FormatError as err:  # bad syntax, or nested absurdly deep
+        raise BackendError(f"{err} Ask for LayerInformationFormat.JSON.") from None
     if isinstance(doc, Mapping) and "Layers" in doc:
         entries = doc["Layers"]
     elif isinstance(doc, Mapping):

@@ -26,7 +26,9 @@ from quantdbg.backends.tensorrt.config import TrtConfig
 from quantdbg.backends.tensorrt.inspector import LayerPrecision, parse_engine_info
 from quantdbg.data import check_feed
 from quantdbg.errors import BackendError, ConfigError, DataError, unknown
-from quantdbg.model import ModelSource, TensorSpec, input_specs, load_model
+from quantdbg.model import load_model
+from quantdbg.model.load import ModelSource
+from quantdbg.model.specs import TensorSpec, input_specs
 
 
 @dataclass(frozen=True)

@@ -11,32 +11,28 @@ dataclass (after torchao), so a choice is either a name (default config) or a co
 
 Third-party packages register theirs by declaring an entry point in the group
 ``quantdbg.calibrators`` that points at the decorated class (or its module); entry points are
-loaded on the first lookup.
+loaded on the first lookup of a name or config class not known yet. Names and config classes
+live in :mod:`quantdbg._calibrator_specs`, below :mod:`quantdbg.config`, so a CalibConfig reads
+back whatever was imported; this module holds the calibrator classes.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from importlib import metadata
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-import numpy as np
-
 from quantdbg import _json
+from quantdbg._calibrator_specs import register_spec, spec_config, spec_name, spec_names
 from quantdbg.calibration.stats import HIST_OVERSAMPLE, BinnedHistogram, TensorStats
-from quantdbg.config import CalibratorChoice, CalibratorSpec, register_spec_codec
-from quantdbg.errors import ConfigError, FormatError, NotCalibratedError, QuantDbgWarning
+from quantdbg.errors import ConfigError, NotCalibratedError, QuantDbgWarning
 from quantdbg.quant_math import scale_from_amax
 
 logger = logging.getLogger(__name__)
-
-ENTRY_POINT_GROUP = "quantdbg.calibrators"
 
 ZERO_TENSOR_AMAX = 1.0
 """Range given to a tensor with no non-zero finite value: any scale represents zeros exactly, and
@@ -68,33 +64,6 @@ class TensorRange(_json.Serializable):
     def scale(self) -> float:
         """Symmetric INT8 scale ``amax / 127``, rounded to float32 as stored in Q/DQ nodes."""
         return float(scale_from_amax(self.amax))
-
-
-@dataclass(frozen=True, eq=False)
-class QParams(_json.Serializable):
-    """Quantization parameters of one tensor.
-
-    Attributes:
-        scale: float32 scale, shape () per tensor or (C,) per channel (converted on construction).
-        zero_point: int8 zero point (0 for symmetric), same shape as ``scale`` (converted too).
-        axis: Channel axis for per-channel parameters, None per tensor.
-    """
-
-    scale: np.ndarray = field(metadata=_json.json_array(np.float32))
-    zero_point: np.ndarray = field(metadata=_json.json_array(np.int8))
-    axis: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", np.asarray(self.scale, np.float32))
-        object.__setattr__(self, "zero_point", np.asarray(self.zero_point, np.int8))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, QParams):
-            return NotImplemented
-        return (self.axis == other.axis and np.array_equal(self.scale, other.scale)
-                and np.array_equal(self.zero_point, other.zero_point))
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @runtime_checkable
@@ -152,15 +121,8 @@ class Calibrator:
         return f"{type(self).__name__}({self.config!r})"
 
 
-@dataclass(frozen=True)
-class _Entry:
-    name: str
-    cls: type
-    config: type
-
-
-_REGISTRY: dict[str, _Entry] = {}
-_PLUGINS_LOADED = False
+_IMPLS: dict[str, type] = {}
+"""Calibrator name -> its class (names and config classes: :mod:`quantdbg._calibrator_specs`)."""
 
 C = TypeVar("C", bound=type)
 
@@ -183,17 +145,14 @@ def register_calibrator(name: str, config: type) -> Callable[[C], C]:
         raise ConfigError(f"Calibrator {name!r}: config must be a dataclass type, got {config!r}.")
 
     def decorate(cls: C) -> C:
-        old = _REGISTRY.get(name)
-        if old is not None and old.cls.__qualname__ != cls.__qualname__:
-            raise ConfigError(f"Calibrator name {name!r} is already registered to {old.cls.__qualname__}; "
+        old = _IMPLS.get(name)
+        if old is not None and old.__qualname__ != cls.__qualname__:
+            raise ConfigError(f"Calibrator name {name!r} is already registered to {old.__qualname__}; "
                               "choose another name.")
-        for entry in _REGISTRY.values():
-            if entry.config is config and entry.name != name:
-                raise ConfigError(f"{config.__name__} already configures calibrator {entry.name!r}; "
-                                  "each calibrator needs its own config class.")
+        register_spec(name, config)
         cls.name = name  # type: ignore[attr-defined]
         cls.config_class = config  # type: ignore[attr-defined]
-        _REGISTRY[name] = _Entry(name, cls, config)
+        _IMPLS[name] = cls
         return cls
 
     return decorate
@@ -203,29 +162,10 @@ def _load_builtins() -> None:
     importlib.import_module("quantdbg.calibration.calibrators")  # its __init__ imports the built-in modules
 
 
-def _load_plugins() -> None:
-    global _PLUGINS_LOADED
-    if _PLUGINS_LOADED:
-        return
-    _PLUGINS_LOADED = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as err:  # a broken plugin must not break the built-in calibrators
-            warnings.warn(f"Calibrator plugin {ep.name!r} ({ep.value}) failed to load and is skipped: "
-                          f"{type(err).__name__}: {err}", QuantDbgWarning, stacklevel=3)
-            continue
-        if ep.name not in _REGISTRY:
-            warnings.warn(f"Calibrator plugin {ep.name!r} ({ep.value}) loaded but registered no "
-                          f"calibrator named {ep.name!r}; decorate its class with "
-                          f"@register_calibrator({ep.name!r}, config=...).", QuantDbgWarning, stacklevel=3)
-
-
 def available_calibrators() -> tuple[str, ...]:
     """Names of every registered calibrator (built-ins and entry-point plugins), sorted."""
     _load_builtins()
-    _load_plugins()
-    return tuple(sorted(_REGISTRY))
+    return spec_names()
 
 
 def calibrator_name(spec: Any) -> str:
@@ -234,28 +174,7 @@ def calibrator_name(spec: Any) -> str:
     Raises:
         ConfigError: The spec is not a registered name or a registered config instance.
     """
-    return _entry_for(spec).name
-
-
-def _entry_for(spec: Any) -> _Entry:
-    _load_builtins()
-    if isinstance(spec, str):
-        if spec not in _REGISTRY:
-            _load_plugins()
-        if spec in _REGISTRY:
-            return _REGISTRY[spec]
-        near = difflib.get_close_matches(spec, list(_REGISTRY), n=3)
-        hint = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
-        raise ConfigError(f"No calibrator named {spec!r}.{hint} Registered: {', '.join(sorted(_REGISTRY))}.")
-    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
-        _load_plugins()
-        for entry in _REGISTRY.values():
-            if type(spec) is entry.config:
-                return entry
-        raise ConfigError(f"{type(spec).__name__} is not the config of any registered calibrator; "
-                          "register it with @register_calibrator(name, config=...).")
-    raise ConfigError(f"A calibrator is chosen by a registered name or a config instance, got "
-                      f"{type(spec).__name__} {spec!r}.")
+    return spec_name(spec)
 
 
 def get_calibrator(spec: Any) -> Calibrator:
@@ -271,8 +190,9 @@ def get_calibrator(spec: Any) -> Calibrator:
     Raises:
         ConfigError: Unknown name (with close-match suggestions) or unregistered config type.
     """
-    entry = _entry_for(spec)
-    return entry.cls(spec if not isinstance(spec, str) else entry.config())
+    name = spec_name(spec)
+    _load_builtins()
+    return _IMPLS[name](spec if not isinstance(spec, str) else spec_config(name)())  # type: ignore[no-any-return]
 
 
 def calibrator_amaxes(stats: TensorStats, names: Sequence[str] | None = None) -> dict[str, float]:
@@ -305,42 +225,6 @@ def calibrator_amaxes(stats: TensorStats, names: Sequence[str] | None = None) ->
     return found
 
 
-class RegistrySpecCodec:
-    """Calibrator specs <-> :class:`~quantdbg.config.CalibratorChoice`, through this registry.
-
-    Installed as the codec of :class:`~quantdbg.config.CalibConfig`'s JSON form when this module
-    is imported. A config instance is written with the codec's encoding of its fields and read
-    back by its registered config class.
-    """
-
-    def choice(self, spec: CalibratorSpec) -> CalibratorChoice:
-        """The JSON form of ``spec``.
-
-        Raises:
-            ConfigError: The spec is not a registered name or a registered config instance.
-        """
-        name = calibrator_name(spec)
-        return CalibratorChoice(name, None if isinstance(spec, str) else _json.encode(spec))
-
-    def spec(self, choice: CalibratorChoice, where: str) -> CalibratorSpec:
-        """The spec ``choice`` describes: the name, or an instance of its config class.
-
-        Raises:
-            FormatError: The calibrator is not registered or its config fields do not match
-                its config class (the message names ``where``).
-        """
-        try:
-            entry = _entry_for(choice.calibrator)
-        except ConfigError as err:
-            raise FormatError(f"field {where!r}: {err}") from None
-        if choice.config is None:
-            return entry.name
-        return _json.decode(entry.config, dict(choice.config), f"{where}.config")
-
-
-register_spec_codec(RegistrySpecCodec())
-
-
 class HistogramCalibrator(Calibrator):
     """Base of the calibrators that read the |x| histogram at their own resolution.
 
@@ -360,10 +244,3 @@ class HistogramCalibrator(Calibrator):
         if num_bins is None:
             num_bins = max(1, len(stats.hist) // HIST_OVERSAMPLE) if stats.hist is not None else 1
         return stats.binned(num_bins)
-
-
-def validate_num_bins(owner: str, num_bins: int | None, minimum: int) -> None:
-    """Raises ConfigError unless ``num_bins`` is None or an int >= ``minimum``."""
-    if num_bins is not None and (not isinstance(num_bins, int) or num_bins < minimum):
-        raise ConfigError(f"{owner}.num_bins must be None (the collected resolution) or an integer "
-                          f">= {minimum}, got {num_bins!r}.")

@@ -20,41 +20,14 @@ value is clipped (``H = 0``) scipy gives NaN, which ``argmin`` would pick; here 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator, validate_num_bins
+from quantdbg._calibrator_specs import NUM_LEVELS, EntropyConfig
+from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator
 from quantdbg.calibration.stats import TensorStats
 from quantdbg.errors import ConfigError
 
-NUM_LEVELS = 128
-"""Positive INT8 levels plus zero: the magnitudes a symmetric 8-bit tensor can take."""
-
 _TIE = 1e-12  # relative: divergences this close to the minimum count as ties (last one wins)
-
-
-@dataclass(frozen=True)
-class EntropyConfig:
-    """Options of ``entropy``.
-
-    Attributes:
-        num_bins: Histogram resolution (None: the collected resolution, 2048 by default).
-        start_bin: First candidate threshold bin (>= 128, as in TensorRT).
-    """
-
-    num_bins: int | None = None
-    start_bin: int = 128
-
-    def __post_init__(self) -> None:
-        validate_num_bins("EntropyConfig", self.num_bins, 2 * NUM_LEVELS)
-        if isinstance(self.start_bin, bool) or not isinstance(self.start_bin, int) \
-                or self.start_bin < NUM_LEVELS:
-            raise ConfigError(f"EntropyConfig.start_bin must be an integer >= {NUM_LEVELS}, "
-                              f"got {self.start_bin!r}.")
-        if self.num_bins is not None and self.start_bin >= self.num_bins:
-            raise ConfigError(f"EntropyConfig.start_bin ({self.start_bin}) must be below num_bins "
-                              f"({self.num_bins}).")
 
 
 @register_calibrator("entropy", config=EntropyConfig)

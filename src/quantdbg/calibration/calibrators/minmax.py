@@ -1,15 +1,9 @@
 """``minmax``: the range is the largest magnitude seen."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from quantdbg._calibrator_specs import MinMaxConfig
 from quantdbg.calibration.calibrators.base import Calibrator, register_calibrator
 from quantdbg.calibration.stats import TensorStats
-
-
-@dataclass(frozen=True)
-class MinMaxConfig:
-    """``minmax`` has no options; the class exists so the choice can be a config instance."""
 
 
 @register_calibrator("minmax", config=MinMaxConfig)

@@ -14,36 +14,15 @@ once in O(bins); the exact zero-zone term touches at most ``ceil(bins / 254)`` b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator, validate_num_bins
+from quantdbg._calibrator_specs import MseConfig
+from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator
 from quantdbg.calibration.calibrators.entropy import best_candidate
 from quantdbg.calibration.stats import TensorStats
-from quantdbg.errors import ConfigError
 from quantdbg.quant_math import QMAX
 
 """Largest magnitude of symmetric INT8."""
-
-
-@dataclass(frozen=True)
-class MseConfig:
-    """Options of ``mse``.
-
-    Attributes:
-        num_bins: Histogram resolution (None: the collected resolution).
-        start_bin: First candidate clip, in bins (as pytorch-quantization's ``start_bin``), so
-            a clip never falls below ``start_bin / num_bins`` of max |x|.
-    """
-
-    num_bins: int | None = None
-    start_bin: int = 128
-
-    def __post_init__(self) -> None:
-        validate_num_bins("MseConfig", self.num_bins, 2)
-        if isinstance(self.start_bin, bool) or not isinstance(self.start_bin, int) or self.start_bin < 1:
-            raise ConfigError(f"MseConfig.start_bin must be an integer >= 1, got {self.start_bin!r}.")
 
 
 @register_calibrator("mse", config=MseConfig)

@@ -1,32 +1,11 @@
 """``percentile``: the smallest clip that keeps a given fraction of |x| unclipped."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator, validate_num_bins
+from quantdbg._calibrator_specs import PercentileConfig
+from quantdbg.calibration.calibrators.base import HistogramCalibrator, register_calibrator
 from quantdbg.calibration.stats import TensorStats
-from quantdbg.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class PercentileConfig:
-    """Options of ``percentile``.
-
-    Attributes:
-        percentile: Percent of |x| values the range must cover, in (50, 100].
-        num_bins: Histogram resolution (None: the collected resolution).
-    """
-
-    percentile: float = 99.99
-    num_bins: int | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.percentile, bool) or not isinstance(self.percentile, (int, float)) \
-                or not 50 < self.percentile <= 100:
-            raise ConfigError(f"PercentileConfig.percentile must be in (50, 100], got {self.percentile!r}.")
-        validate_num_bins("PercentileConfig", self.num_bins, 2)
 
 
 @register_calibrator("percentile", config=PercentileConfig)

@@ -24,18 +24,12 @@ Typical use::
     result = smooth(model, "calib.npz", SmoothingConfig(alpha=0.8))
     qmodel = quantdbg.quantize(result.model, "calib.npz", CalibConfig("minmax"))
 """
-from quantdbg._exports import public_names as _public_names
-from quantdbg.calibration.smoothing.apply import apply_smoothing as apply_smoothing
-from quantdbg.calibration.smoothing.apply import smooth as smooth
-from quantdbg.calibration.smoothing.apply import smoothing_targets as smoothing_targets
-from quantdbg.calibration.smoothing.config import SmoothingConfig as SmoothingConfig
-from quantdbg.calibration.smoothing.config import SmoothOp as SmoothOp
-from quantdbg.calibration.smoothing.measure import ChannelAbsmax as ChannelAbsmax
-from quantdbg.calibration.smoothing.measure import collect_channel_absmax as collect_channel_absmax
-from quantdbg.calibration.smoothing.migrate import smoothing_scales as smoothing_scales
-from quantdbg.calibration.smoothing.result import Migration as Migration
-from quantdbg.calibration.smoothing.result import Placement as Placement
-from quantdbg.calibration.smoothing.result import SkippedNode as SkippedNode
-from quantdbg.calibration.smoothing.result import SmoothingResult as SmoothingResult
+from quantdbg.calibration.smoothing.apply import apply_smoothing, smooth
+from quantdbg.calibration.smoothing.config import SmoothingConfig
+from quantdbg.calibration.smoothing.measure import collect_channel_absmax
+from quantdbg.calibration.smoothing.result import Migration, SkippedNode, SmoothingResult
 
-__all__ = _public_names(globals())
+__all__ = [
+    "Migration", "SkippedNode", "SmoothingConfig", "SmoothingResult", "apply_smoothing",
+    "collect_channel_absmax", "smooth",
+]

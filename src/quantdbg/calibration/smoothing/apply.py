@@ -14,15 +14,11 @@ from quantdbg.calibration.smoothing.migrate import absmax_for, migrate
 from quantdbg.calibration.smoothing.plan import plan_groups
 from quantdbg.calibration.smoothing.result import SmoothingResult
 from quantdbg.data import DataSource, as_model_data
-from quantdbg.model import (
-    ModelSource,
-    UniqueNames,
-    as_loaded,
-    check_model,
-    fits_in_protobuf,
-    to_graph,
-    to_model,
-)
+from quantdbg.model.external import fits_in_protobuf
+from quantdbg.model.graph import to_graph, to_model
+from quantdbg.model.load import ModelSource, as_loaded
+from quantdbg.model.names import UniqueNames
+from quantdbg.model.staging import check_model
 
 
 def smooth(model: ModelSource, data: DataSource, config: SmoothingConfig = DEFAULT_SMOOTHING, *,

@@ -11,7 +11,8 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.calibration.smoothing.plan import FLOAT, Group
 from quantdbg.calibration.smoothing.result import Placement
-from quantdbg.model import UniqueNames, constant_values
+from quantdbg.model.graph import constant_values
+from quantdbg.model.names import UniqueNames
 
 _SHAPE_ONLY_OPS = frozenset({"Shape", "Size"})  # read only the shape, which smoothing keeps
 

@@ -12,7 +12,7 @@ import numpy as np
 from quantdbg.calibration.collect import ActivationStream, check_activations
 from quantdbg.data import DataSource
 from quantdbg.errors import DataError, QuantDbgWarning
-from quantdbg.model import ModelSource, as_loaded
+from quantdbg.model.load import ModelSource, as_loaded
 
 
 @dataclass(frozen=True)

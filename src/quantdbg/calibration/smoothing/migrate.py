@@ -13,7 +13,8 @@ from quantdbg.calibration.smoothing.fold import fold_inverse, replace_constant
 from quantdbg.calibration.smoothing.plan import Group, row_axis
 from quantdbg.calibration.smoothing.result import Migration, Placement
 from quantdbg.errors import DataError, ModelError
-from quantdbg.model import UniqueNames, constant_values
+from quantdbg.model.graph import constant_values
+from quantdbg.model.names import UniqueNames
 from quantdbg.quant_math import channel_amax
 
 logger = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import onnx_graphsurgeon as gs
 
 from quantdbg.calibration.smoothing.config import SmoothingConfig
 from quantdbg.calibration.smoothing.result import SkippedNode
-from quantdbg.model import check_node_globs, constant_values
-from quantdbg.placement import is_float
+from quantdbg.model.graph import constant_values, is_float, trans_b
+from quantdbg.model.names import check_node_globs
 
 FLOAT = np.dtype(np.float32)
 
@@ -89,4 +89,4 @@ def _weight_channels(node: gs.Node) -> tuple[int, str | None]:
 
 def row_axis(node: gs.Node) -> int:
     """Axis of a smoothed node's weight that indexes its input channels (1 for Gemm with transB)."""
-    return 1 if node.op == "Gemm" and node.attrs.get("transB", 0) else 0
+    return 1 if trans_b(node) else 0

@@ -118,7 +118,8 @@ class SmoothingResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the provenance (not the model bytes) as JSON-ready data."""
-        found = _Provenance(self.migrations, self.skipped, self.config, self.n_batches, self.n_samples)
+        found = _SmoothingProvenance(self.migrations, self.skipped, self.config, self.n_batches,
+                                     self.n_samples)
         return found.to_dict()
 
     @classmethod
@@ -128,12 +129,12 @@ class SmoothingResult:
         Raises:
             FormatError: ``data`` is not what :meth:`to_dict` writes (``source`` and the field named).
         """
-        found = _Provenance.from_dict(data, source)
+        found = _SmoothingProvenance.from_dict(data, source)
         return cls(model, found.migrations, found.skipped, found.config, found.n_batches, found.n_samples)
 
 
 @dataclass(frozen=True)
-class _Provenance(_json.Serializable):
+class _SmoothingProvenance(_json.Serializable):
     """What JSON holds of a :class:`SmoothingResult`: everything but the model."""
 
     migrations: tuple[Migration, ...]
@@ -143,4 +144,4 @@ class _Provenance(_json.Serializable):
     n_samples: int = 0
 
 
-_Provenance.__name__ = "SmoothingResult"  # what its FormatErrors call it: the JSON form of one
+_SmoothingProvenance.__name__ = "SmoothingResult"  # what its FormatErrors call it: the JSON form of one

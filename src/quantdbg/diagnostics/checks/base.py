@@ -18,7 +18,7 @@ from quantdbg.data import CalibrationData
 from quantdbg.diagnostics.doctor_config import CheckName, DoctorConfig
 from quantdbg.diagnostics.findings import Finding
 from quantdbg.evaluation import TaskMetric
-from quantdbg.model import FoldedWeight
+from quantdbg.model.weights import FoldedWeight
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity import SensitivityReport
 

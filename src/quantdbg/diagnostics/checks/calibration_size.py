@@ -14,19 +14,15 @@ import onnx
 
 from quantdbg._json import Serializable
 from quantdbg.backends import OnnxrtRunner, OrtConfig
-from quantdbg.calibration import (
-    Calibrator,
-    Collector,
-    TensorStats,
-    expose_tensors,
-    get_calibrator,
-    merge_stats,
-)
+from quantdbg.calibration import Calibrator, TensorStats
+from quantdbg.calibration.calibrators.base import get_calibrator
+from quantdbg.calibration.collect import expose_tensors
+from quantdbg.calibration.stats import Collector, merge_stats
 from quantdbg.data import SampleFeed, samples_in
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
 from quantdbg.errors import QuantDbgWarning
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 from quantdbg.placement import plan_qdq
 
 MEDIUM_SPREAD = 0.10

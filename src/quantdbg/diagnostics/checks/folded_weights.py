@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
-from quantdbg.model import FoldedWeight, summarize_folded
+from quantdbg.model.weights import FoldedWeight, summarize_folded
 
 
 def folded_evidence(items: Sequence[FoldedWeight]) -> Evidence:

@@ -16,10 +16,11 @@ import onnx
 
 from quantdbg._json import Serializable
 from quantdbg.backends import OnnxrtRunner, OrtConfig
-from quantdbg.calibration import collect_stats, expose_tensors
+from quantdbg.calibration import collect_stats
+from quantdbg.calibration.collect import expose_tensors
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
-from quantdbg.model import input_specs
+from quantdbg.model.specs import input_specs
 from quantdbg.quant_math import QMAX, sqnr_db
 
 MIN_ALIVE = 0.1

@@ -12,7 +12,8 @@ from quantdbg._json import Serializable
 from quantdbg.config import TensorKind
 from quantdbg.diagnostics.checks.base import Check, CheckContext, CheckOutcome
 from quantdbg.diagnostics.findings import Evidence, Finding, Severity
-from quantdbg.model import tensor_array
+from quantdbg.model.external import tensor_array
+from quantdbg.model.graph import trans_b
 from quantdbg.qdq import QuantizedModel
 from quantdbg.quant_math import QMAX, channel_axis, channel_scale, zeroed_fraction
 
@@ -70,8 +71,7 @@ def weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> list[We
         amax = float(np.abs(w).max())
         per_tensor = zeroed_fraction(w, (amax or 1.0) / QMAX)
         node = nodes.get(record.node)
-        trans_b = any(a.name == "transB" and a.i for a in (node.attribute if node is not None else ()))
-        axis = channel_axis(record.op_type, w.ndim, trans_b, record.axis)
+        axis = channel_axis(record.op_type, w.ndim, trans_b(node), record.axis)
         per_channel = zeroed_fraction(w, channel_scale(w, axis)) if w.ndim else per_tensor
         scheme: Literal["per-channel", "per-tensor"] = (
             "per-channel" if len(record.scale) > 1 else "per-tensor")
@@ -81,10 +81,11 @@ def weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> list[We
 
 
 def zeroing_evidence(items: Sequence[WeightZeroing]) -> Evidence:
-    """The measurements as a table: one row per weight, zeroed shares per tensor and per channel."""
-    columns = ("node", "op", "weights", "zeroed per-tensor", "zeroed per-channel", "in use")
-    return Evidence(columns, tuple((w.node, w.op_type, w.nonzero, w.per_tensor, w.per_channel, w.scheme)
-                                   for w in items))
+    """The measurements as a table: one row per weight, the percent of its non-zero values zeroed with
+    one scale per tensor and per channel (percent, as the findings and the plot say it)."""
+    columns = ("node", "op", "non-zero weights", "zeroed per-tensor (%)", "zeroed per-channel (%)", "in use")
+    return Evidence(columns, tuple((w.node, w.op_type, w.nonzero, 100.0 * w.per_tensor, 100.0 * w.per_channel,
+                                    w.scheme) for w in items))
 
 
 def check_weight_zeroing(fp_model: onnx.ModelProto, qmodel: QuantizedModel,

@@ -3,3 +3,5 @@
 :func:`~quantdbg.report.sections.registry.sections_of` dispatches on the result's class; the
 builders only format what a result holds (rendering never runs an analysis).
 """
+
+__all__: list[str] = []

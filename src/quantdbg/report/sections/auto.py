@@ -2,7 +2,8 @@
 the repairs and each tensor's calibrator, the evaluations per phase, then the ranking and the search."""
 from __future__ import annotations
 
-from quantdbg.pipeline import AutoResult, RepairRecord
+from quantdbg.pipeline import AutoResult
+from quantdbg.pipeline.records import RepairRecord
 from quantdbg.report.sections.base import Section, Table, nested
 from quantdbg.report.sections.fallback import fallback_sections
 from quantdbg.report.sections.sensitivity import sensitivity_sections

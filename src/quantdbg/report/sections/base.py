@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from quantdbg.diagnostics import Cell
+from quantdbg.diagnostics.findings import Cell
 
 MAX_ROWS = 200
 """Rows shown per table; the JSON and the DataFrame keep every row."""

@@ -6,8 +6,9 @@ import math
 from collections.abc import Sequence
 
 from quantdbg.calibration import CalibrationResult, CalibratorComparison, TensorStats
-from quantdbg.diagnostics import folded_evidence
-from quantdbg.model import summarize_folded
+from quantdbg.diagnostics.checks.folded_weights import folded_evidence
+from quantdbg.model.weights import summarize_folded
+from quantdbg.qdq import CalibrationScales
 from quantdbg.report.plots import ThresholdHistogram, png, threshold_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table
 
@@ -54,6 +55,18 @@ def calibration_sections(result: CalibrationResult) -> list[Section]:
         tables += (Table(folded.columns, folded.rows, "folded-weights",
                          "Weights not held in plain initializers"),)
     return [Section("Calibration", tuple(paragraphs), tables)]
+
+
+def scales_sections(scales: CalibrationScales) -> list[Section]:
+    """A scales file: one row per tensor (calibrator, clip, scale); it holds no statistics."""
+    methods = sorted({e.method for e in scales.tensors.values() if e.method is not None})
+    text = (f"Scales of {len(scales.tensors)} activation tensor(s), as `quantdbg calibrate --scales` wrote "
+            f"them (calibrator{'s' if len(methods) != 1 else ''}: {', '.join(methods) or 'not recorded'}). "
+            "A scales file holds no statistics: the activation ranges and clipped shares are in a "
+            "calibration result's report.")
+    rows = tuple((name, e.method, e.amax, e.scale) for name, e in scales.tensors.items())
+    return [Section("Calibration scales", (text,),
+                    (Table(("tensor", "calibrator", "amax", "scale"), rows, "scale-ranges"),))]
 
 
 def calibrator_comparison_section(comparisons: Sequence[CalibratorComparison],

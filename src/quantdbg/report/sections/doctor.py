@@ -1,7 +1,9 @@
 """Sections of a doctor report: the findings first (each with its evidence), then the measurements."""
 from __future__ import annotations
 
-from quantdbg.diagnostics import Cell, DoctorReport, zeroing_evidence
+from quantdbg.diagnostics import DoctorReport
+from quantdbg.diagnostics.checks.weight_zeroing import zeroing_evidence
+from quantdbg.diagnostics.findings import Cell
 from quantdbg.report.plots import ScaleCurve, png, scale_curves_figure, weight_zeroing_figure
 from quantdbg.report.sections.base import MAX_PANELS, Plot, Section, Table, nested
 from quantdbg.report.sections.calibration import calibrator_comparison_section
@@ -56,7 +58,7 @@ def _weights_section(report: DoctorReport) -> Section:
         [w.node for w in weights], [w.per_tensor for w in weights], [w.per_channel for w in weights])),
         "Bar chart of zeroed weights per node")
     return Section("Weights zeroed per node", (
-        "Share of non-zero weights that round to 0 in INT8, with one scale per tensor vs per output "
+        "Percent of non-zero weights that round to 0 in INT8, with one scale per tensor vs per output "
         "channel.",), (Table(evidence.columns, evidence.rows, "weights-zeroed"),), (plot,), level=3)
 
 
@@ -74,14 +76,17 @@ def _stability_section(report: DoctorReport) -> Section:
 
 def _mixed_ranges_section(report: DoctorReport) -> Section:
     # The swamped channels' SQNR exists only where some channel is swamped ("-" elsewhere, not nan).
+    # An axis is examined whatever it holds (channels, width, sequence positions, features): its
+    # slices are counted as what they are, never called channels.
     rows: tuple[tuple[Cell, ...], ...] = tuple(
         (m.tensor, m.role, m.axis, m.scale, len(m.channel_absmax), len(m.swamped), m.sqnr_db,
          m.swamped_sqnr_db if m.swamped else None) for m in report.mixed_ranges)
-    columns: tuple[str, ...] = ("tensor", "role", "axis", "scale", "channels", "swamped", "SQNR (dB)",
-                                "swamped SQNR (dB)")
-    text = ("Each tensor under one per-tensor scale: channels where most non-zero values round to 0 "
-            "(swamped) and the SQNR of the whole tensor vs of those channels.")
-    if not any(m.swamped for m in report.mixed_ranges):  # no swamped channel: that SQNR is undefined
+    columns: tuple[str, ...] = ("tensor", "role", "axis", "scale", "slices along the axis", "swamped slices",
+                                "SQNR (dB)", "swamped SQNR (dB)")
+    text = ("Each tensor under one per-tensor scale, cut into slices along axis 1 and along its last axis "
+            "(channels, or spatial, sequence or feature positions, depending on the layout): slices where "
+            "most non-zero values round to 0 (swamped) and the SQNR of the whole tensor vs of those slices.")
+    if not any(m.swamped for m in report.mixed_ranges):  # no swamped slice: that SQNR is undefined
         columns, rows = columns[:-1], tuple(row[:-1] for row in rows)
-        text += " No channel is swamped here."
-    return Section("Value ranges per channel", (text,), (Table(columns, rows, "mixed-ranges"),), level=3)
+        text += " No slice is swamped here."
+    return Section("Value ranges along an axis", (text,), (Table(columns, rows, "mixed-ranges"),), level=3)

@@ -6,8 +6,9 @@ import shlex
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from quantdbg.backends.tensorrt import as_comment
-from quantdbg.fallback import FallbackPlan, Purpose
+from quantdbg.backends.tensorrt.commands import as_comment
+from quantdbg.fallback import FallbackPlan
+from quantdbg.fallback.plan import Purpose
 from quantdbg.report.plots import fallback_figure, png
 from quantdbg.report.sections.base import Plot, Section, Table
 
@@ -26,13 +27,22 @@ def phases_paragraph(plan: FallbackPlan) -> str:
     return f"Evaluations by phase: {counts or 'none'}."
 
 
+def is_sqnr(plan: FallbackPlan) -> bool:
+    """Whether the plan's values are output SQNRs in dB (an SQNR target, or a metric target on SQNR)."""
+    return plan.target.kind == "sqnr" or (plan.metric or "").startswith("sqnr")
+
+
+def value_unit(plan: FallbackPlan) -> str:
+    """The unit after one of the plan's values in running text (``" dB"`` or nothing)."""
+    return " dB" if is_sqnr(plan) else ""
+
+
 def metric_label(plan: FallbackPlan) -> str:
-    """The searched value's name with its unit, for an axis."""
-    if plan.target.kind == "sqnr":
+    """The searched value's name with its unit, for an axis or a column."""
+    if is_sqnr(plan):
         return "output SQNR (dB)"
-    if plan.target.kind == "relative_loss":
-        return "task metric (relative-loss target)"
-    return "task metric"
+    name = plan.metric or "task metric"
+    return f"{name} (relative-loss target)" if plan.target.kind == "relative_loss" else name
 
 
 def build_code(plan: FallbackPlan) -> tuple[str, ...]:
@@ -57,7 +67,7 @@ def fallback_sections(plan: FallbackPlan, commands: bool = True) -> list[Section
     rank = {node: i + 1 for i, node in enumerate(plan.ranking)}
     kept = Table(("node", "rank"), tuple((node, rank.get(node)) for node in plan.exclude), "fallback-exclude",
                  "Layers kept out of INT8.")
-    evals = Table(("#", "purpose", "layers kept out of INT8", "value", "met", "exclude"),
+    evals = Table(("#", "purpose", "layers kept out of INT8", metric_label(plan), "met", "exclude"),
                   tuple((i, e.purpose, len(e.exclude), e.value, e.met, ", ".join(e.exclude[:SHOWN_NODES])
                          + (" ..." if len(e.exclude) > SHOWN_NODES else ""))
                         for i, e in enumerate(plan.evaluations, 1)),

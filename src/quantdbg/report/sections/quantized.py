@@ -7,7 +7,7 @@ from quantdbg.qdq import QuantizedModel
 from quantdbg.report.sections.base import Section, Table, nested
 from quantdbg.report.sections.fallback import fallback_sections
 from quantdbg.report.sections.sensitivity import sensitivity_sections
-from quantdbg.report.sections.verdict import Evidence, plan_lead
+from quantdbg.report.sections.verdict import VerdictSources, plan_lead
 
 QDQ_TABLE = "qdq-records"
 """The table of a Q/DQ model's pairs (its DataFrame)."""
@@ -28,6 +28,6 @@ def quantized_sections(model: QuantizedModel) -> list[Section]:
 
 def fallback_result_sections(result: FallbackResult) -> list[Section]:
     """The verdict and build, the search, then the ranking it walked (the kept layers marked)."""
-    evidence = Evidence(result.plan, (result.report,))
+    evidence = VerdictSources(result.plan, (result.report,))
     return (plan_lead(evidence) + fallback_sections(result.plan, commands=False)
             + nested(sensitivity_sections(result.report, highlight=result.plan.exclude)))

@@ -8,16 +8,17 @@ from quantdbg.calibration import CalibrationResult
 from quantdbg.diagnostics import DoctorReport, LintReport
 from quantdbg.fallback import FallbackPlan
 from quantdbg.pipeline import AutoResult
+from quantdbg.qdq import CalibrationScales
 from quantdbg.report.results import ReportBundle, kind_of
 from quantdbg.report.sections.auto import auto_sections
 from quantdbg.report.sections.base import Section
 from quantdbg.report.sections.bundle import bundle_sections
-from quantdbg.report.sections.calibration import calibration_sections
+from quantdbg.report.sections.calibration import calibration_sections, scales_sections
 from quantdbg.report.sections.doctor import doctor_sections
 from quantdbg.report.sections.fallback import fallback_sections
 from quantdbg.report.sections.lint import lint_sections
 from quantdbg.report.sections.sensitivity import sensitivity_sections
-from quantdbg.report.sections.verdict import Evidence, auto_lead, gather, plan_lead
+from quantdbg.report.sections.verdict import VerdictSources, auto_lead, gather, plan_lead
 from quantdbg.sensitivity import SensitivityReport
 
 
@@ -33,6 +34,7 @@ def sections_of(result: Any) -> list[Section]:
 
 
 sections_of.register(CalibrationResult, calibration_sections)
+sections_of.register(CalibrationScales, scales_sections)
 sections_of.register(SensitivityReport, sensitivity_sections)
 sections_of.register(LintReport, lint_sections)
 sections_of.register(DoctorReport, doctor_sections)
@@ -40,7 +42,7 @@ sections_of.register(DoctorReport, doctor_sections)
 
 @sections_of.register(FallbackPlan)
 def _plan(plan: FallbackPlan) -> list[Section]:
-    return plan_lead(Evidence(plan)) + fallback_sections(plan, commands=False)
+    return plan_lead(VerdictSources(plan)) + fallback_sections(plan, commands=False)
 
 
 @sections_of.register(AutoResult)

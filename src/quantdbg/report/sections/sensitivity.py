@@ -5,10 +5,12 @@ import math
 from collections.abc import Sequence
 
 from quantdbg.config import TensorKind
-from quantdbg.diagnostics import Cell
+from quantdbg.diagnostics.findings import Cell
 from quantdbg.report.plots import png, ranking_figure
 from quantdbg.report.sections.base import MAX_BARS, Plot, Section, Table, fmt
-from quantdbg.sensitivity import LayerSensitivity, OutputSpace, RankAgreement, SensitivityReport
+from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
+from quantdbg.sensitivity.output_space import OutputSpace
+from quantdbg.sensitivity.ranks import RankAgreement
 
 WORST_TENSORS = 20
 """Intermediate tensors listed in the error-along-the-graph table."""
@@ -46,12 +48,30 @@ def chart_values(report: SensitivityReport) -> tuple[list[float], str]:
     return _deficit(values, not report.higher_is_better), f"{metric} regained (relative){unit}"
 
 
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100.0 * share
+
+
 def _evidence_cells(layer: LayerSensitivity) -> tuple[Cell, ...]:
     ev = layer.evidence
     if ev is None:
         return (None, None, None, None)
-    return (ev.weight_zero_fraction_per_tensor, ev.weight_zero_fraction, ev.activation_outlier_ratio,
-            ev.best_calibrator)
+    return (_percent(ev.weight_zero_fraction_per_tensor), _percent(ev.weight_zero_fraction),
+            ev.activation_outlier_ratio, ev.best_calibrator)
+
+
+def value_columns(report: SensitivityReport) -> tuple[str, str | None]:
+    """The ranking table's header for ``layer.value`` (with its unit), and for the output SQNR of the
+    layer's variant, None where that is the value itself (local mode; an SQNR metric)."""
+    sqnr_metric = report.metric.startswith("sqnr")
+    if report.mode == "local":
+        return "SQNR of its own output (dB)", None
+    if report.mode == "cumulative":
+        return "noise-to-signal ratio added", "SQNR of its own output (dB)"
+    where = "in INT8" if report.mode == "isolated" else "out of INT8"
+    if sqnr_metric:
+        return f"output SQNR with only this layer {where} (dB)", None
+    return f"{report.metric} with only this layer {where}", "output SQNR (dB)"
 
 
 def _paragraphs(report: SensitivityReport) -> tuple[str, ...]:
@@ -81,19 +101,27 @@ def sensitivity_sections(report: SensitivityReport, highlight: Sequence[str] = (
     plot = Plot(f"Ranking ({report.mode})",
                 lambda: png(ranking_figure(names, values[:len(names)], label, highlight=highlight)),
                 "Bar chart of layer sensitivity: " + ", ".join(names[:10]))
-    rows = tuple((layer.rank, layer.node, layer.op_type, layer.score, layer.value,
-                  None if layer.metrics is None else layer.metrics.sqnr_db,
-                  ", ".join(sorted({i.calibrator for i in layer.inputs if i.kind is TensorKind.ACTIVATION})),
-                  *_evidence_cells(layer)) for layer in report.layers)
-    columns = ("rank", "node", "op", "score", "value", "SQNR (dB)", "activation calibrator",
-               "weights zeroed per-tensor", "weights zeroed (in use)", "outlier ratio", "best calibrator")
     sections = [Section(f"Sensitivity ranking ({report.mode})", _paragraphs(report),
-                        (Table(columns, rows, "sensitivity-ranking", "Most sensitive first."),), (plot,))]
+                        (_ranking_table(report),), (plot,))]
     if report.output_space is not None and report.agreement is not None:
         sections.append(_agreement_section(report, report.output_space, report.agreement))
     if report.tensors:
         sections.append(_cumulative_section(report))
     return sections
+
+
+def _ranking_table(report: SensitivityReport) -> Table:
+    # One column per fact: the score is the value (or its negative), the SQNR is the value in local
+    # mode and for an SQNR metric.
+    value, sqnr = value_columns(report)
+    rows = tuple((layer.rank, layer.node, layer.op_type, layer.value,
+                  *(() if sqnr is None else (None if layer.metrics is None else layer.metrics.sqnr_db,)),
+                  ", ".join(sorted({i.calibrator for i in layer.inputs if i.kind is TensorKind.ACTIVATION})),
+                  *_evidence_cells(layer)) for layer in report.layers)
+    columns = ("rank", "node", "op", value, *(() if sqnr is None else (sqnr,)), "activation calibrator",
+               "weights zeroed per-tensor (%)", "weights zeroed in use (%)", "outlier ratio",
+               "best calibrator")
+    return Table(columns, rows, "sensitivity-ranking", "Most sensitive first.")
 
 
 def _agreement_paragraphs(report: SensitivityReport, space: OutputSpace,
@@ -118,11 +146,13 @@ def _agreement_section(report: SensitivityReport, space: OutputSpace, agreement:
     space_rank = {node: i + 1 for i, node in enumerate(space.ranking)}
     only = {**{n: report.mode for n in agreement.only_mode},
             **{n: "output space" for n in agreement.only_output}}
+    sqnr = space.metric.startswith("sqnr")  # then the value is the output SQNR: one column
     rows = tuple((i + 1, node, report.layer(node).op_type, mode_rank[node], space_rank[node],
-                  space.values[node], space.sqnr_db[node], only.get(node, ""))
-                 for i, node in enumerate(report.fused_ranking))
-    columns = ("fused rank", "node", "op", f"{report.mode} rank", "output-space rank",
-               f"{space.metric} with only this layer in INT8", "output SQNR (dB)",
+                  *((space.sqnr_db[node],) if sqnr else (space.values[node], space.sqnr_db[node])),
+                  only.get(node, "")) for i, node in enumerate(report.fused_ranking))
+    values = ("output SQNR with only this layer in INT8 (dB)",) if sqnr else (
+        f"{space.metric} with only this layer in INT8", "output SQNR (dB)")
+    columns = ("fused rank", "node", "op", f"{report.mode} rank", "output-space rank", *values,
                f"only in the top {agreement.top_k} of")
     table = Table(columns, rows, "sensitivity-agreement", "In the order the fallback search walks.")
     return Section(f"{report.mode.capitalize()} vs output-space ranking",

@@ -16,7 +16,7 @@ from quantdbg.diagnostics import DoctorReport
 from quantdbg.fallback import FallbackPlan
 from quantdbg.pipeline import AutoResult
 from quantdbg.report.sections.base import Section, fmt
-from quantdbg.report.sections.fallback import build_code
+from quantdbg.report.sections.fallback import build_code, value_unit
 from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
 
 CALIBRATOR_GAIN_DB = 3.0
@@ -31,7 +31,7 @@ SHOWN_LAYERS = 12
 
 
 @dataclass(frozen=True)
-class Evidence:
+class VerdictSources:
     """What the first screen draws on, gathered from one result or a bundle's results."""
 
     plan: FallbackPlan | None
@@ -44,8 +44,15 @@ class Evidence:
         found.sort(key=lambda pair: pair[1].evidence is None)
         return found[0] if found else None
 
+    def walked(self, node: str) -> tuple[SensitivityReport, LayerSensitivity] | None:
+        """The entry of ``node`` in the ranking the plan's search walked, when that ranking is at hand."""
+        if self.plan is None:
+            return None
+        return next(((r, layer) for r in self.rankings if r.ranking == self.plan.ranking
+                     for layer in r.layers if layer.node == node), None)
 
-def gather(results: Iterable[object]) -> Evidence:
+
+def gather(results: Iterable[object]) -> VerdictSources:
     """The first fallback plan, every sensitivity ranking (the doctor's too) and the doctor report."""
     items = list(results)
     plan = next((r for r in items if isinstance(r, FallbackPlan)), None)
@@ -53,14 +60,10 @@ def gather(results: Iterable[object]) -> Evidence:
     rankings = [r for r in items if isinstance(r, SensitivityReport)]
     if doctor is not None and doctor.sensitivity is not None:
         rankings.append(doctor.sensitivity)
-    return Evidence(plan, tuple(rankings), doctor)
+    return VerdictSources(plan, tuple(rankings), doctor)
 
 
-def _unit(plan: FallbackPlan) -> str:
-    return " dB" if plan.target.kind == "sqnr" else ""
-
-
-def _int8_value(evidence: Evidence) -> float | None:
+def _int8_value(evidence: VerdictSources) -> float | None:
     """The fully INT8 model's value on the plan's scale (output SQNR, or the task metric)."""
     for ranking in evidence.rankings:
         if evidence.plan is not None and evidence.plan.target.kind == "sqnr" and ranking.baseline:
@@ -74,7 +77,7 @@ def _int8_value(evidence: Evidence) -> float | None:
 def plan_verdict(plan: FallbackPlan, int8_value: float | None, n_layers: int | None) -> str:
     """E.g. ``Target met (output SQNR >= 42 dB): 42.79 dB with 2 of 8 layers kept out of INT8 (fp16);
     fully INT8: 34.91 dB.``"""
-    unit = _unit(plan)
+    unit = value_unit(plan)
     met = plan.status == "met"
     of = f" of {n_layers}" if n_layers else ""
     head = "Target met" if met else f"Target NOT met ({plan.status.replace('_', ' ')})"
@@ -102,31 +105,40 @@ def _calibrator_reason(layer: LayerSensitivity) -> tuple[str, str, str, float, f
     return acts[0].tensor, used, ev.best_calibrator, float(now), float(best)
 
 
-def _rank_text(ranking: SensitivityReport, layer: LayerSensitivity) -> str:
+def _measured(ranking: SensitivityReport, layer: LayerSensitivity) -> str:
+    """What ``ranking`` measured for ``layer``, with its unit."""
     unit = " dB" if ranking.metric.startswith("sqnr") else ""
     metric = "output SQNR" if unit else ranking.metric
     if ranking.mode == "isolated":
-        return (f"rank {layer.rank} of {len(ranking.layers)}: {metric} {fmt(layer.value, '.1f')}{unit} with "
-                "only this layer in INT8")
+        return f"{metric} {fmt(layer.value, '.1f')}{unit} with only this layer in INT8"
     if ranking.mode == "local":
-        return (f"rank {layer.rank} of {len(ranking.layers)}: {fmt(layer.value, '.1f')} dB of SQNR on its "
-                "own output (local ranking)")
-    return f"rank {layer.rank} of {len(ranking.layers)} ({ranking.mode}: {metric} {fmt(layer.value)}{unit})"
+        return f"{fmt(layer.value, '.1f')} dB of SQNR on its own output (local ranking)"
+    if ranking.mode == "leave-one-out":
+        return f"{metric} {fmt(layer.value)}{unit} with only this layer out of INT8"
+    return f"adds a noise-to-signal ratio of {fmt(layer.value)} (cumulative ranking)"
 
 
-def without_it(plan: FallbackPlan, node: str) -> str | None:
-    """What the plan's evaluations measured with every excluded layer but ``node`` out of INT8."""
-    rest = set(plan.exclude) - {node}
-    seen = [e for e in plan.evaluations if set(e.exclude) == rest and not e.met]
-    if not seen:
-        return None
-    return (f"without it the search measured {fmt(seen[-1].value, '.4g')}{_unit(plan)}, short of "
-            f"{plan.target.describe()}")
+def layer_reason(ranking: SensitivityReport, layer: LayerSensitivity, searched: Sequence[str] = ()) -> str:
+    """One line on why ``layer`` loses accuracy in INT8, from the ranking and its evidence.
+
+    Args:
+        ranking: The ranking holding ``layer`` (and its evidence).
+        layer: The layer.
+        searched: The ranking a fallback search walked (its order gives the rank shown, the one the
+            plan's table shows); empty: ``ranking``'s own.
+    """
+    order = tuple(searched) or ranking.ranking
+    rank = f"rank {order.index(layer.node) + 1} of {len(order)}" if layer.node in order else ""
+    if not rank or order == ranking.ranking:
+        parts = [f"{rank}: {_measured(ranking, layer)}" if rank else _measured(ranking, layer)]
+    else:  # the evidence comes from another ranking than the one searched: its measure, not its rank
+        parts = [f"{rank} in the ranking the search walked", _measured(ranking, layer)]
+    parts += _evidence_parts(ranking, layer)
+    return "; ".join(parts) + "."
 
 
-def layer_reason(ranking: SensitivityReport, layer: LayerSensitivity) -> str:
-    """One line on why ``layer`` loses accuracy in INT8, from the ranking and its evidence."""
-    parts = [_rank_text(ranking, layer)]
+def _evidence_parts(ranking: SensitivityReport, layer: LayerSensitivity) -> list[str]:
+    parts = []
     space = ranking.output_space
     if space is not None and layer.node in space.sqnr_db:
         parts.append(f"alone in INT8 the outputs' SQNR is {fmt(space.sqnr_db[layer.node], '.1f')} dB")
@@ -141,7 +153,20 @@ def layer_reason(ranking: SensitivityReport, layer: LayerSensitivity) -> str:
     if ev is not None and ev.activation_outlier_ratio is not None and \
             ev.activation_outlier_ratio >= OUTLIER_RATIO:
         parts.append(f"a few outliers set its input range (max/p99.99 = {ev.activation_outlier_ratio:.1f})")
-    return "; ".join(parts) + "."
+    return parts
+
+
+def without_it(plan: FallbackPlan, node: str) -> str | None:
+    """What the plan's evaluations measured with ``node`` back in INT8 (the other excluded layers
+    still out of it)."""
+    rest = set(plan.exclude) - {node}
+    seen = [e for e in plan.evaluations if set(e.exclude) == rest and not e.met]
+    if not seen:
+        return None
+    others = ("every other layer in INT8 too" if not rest else f"{', '.join(sorted(rest))} still out"
+              if len(rest) <= 2 else f"the other {len(rest)} still out")
+    return (f"with this layer back in INT8 ({others}) the search measured {fmt(seen[-1].value, '.4g')}"
+            f"{value_unit(plan)}, short of {plan.target.describe()}")
 
 
 def _searched_rank(plan: FallbackPlan | None, node: str) -> str:
@@ -151,12 +176,24 @@ def _searched_rank(plan: FallbackPlan | None, node: str) -> str:
     return f"rank {plan.ranking.index(node) + 1} of {len(plan.ranking)} in the ranking the search walked."
 
 
-def layer_lines(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
+def _reason(evidence: VerdictSources, node: str) -> str:
+    """The layer's rank and measure in the ranking searched, with the evidence of whichever ranking
+    holds it (one rank per layer on the page: the one the plan's table shows)."""
+    found, walked = evidence.layer(node), evidence.walked(node)
+    if found is None:
+        return _searched_rank(evidence.plan, node)
+    if walked is None or walked[0] is found[0]:
+        return layer_reason(*found, evidence.plan.ranking if evidence.plan is not None else ())
+    ranking, layer = walked
+    head = f"rank {ranking.ranking.index(node) + 1} of {len(ranking.layers)}: {_measured(ranking, layer)}"
+    return "; ".join([head, *_evidence_parts(*found)]) + "."
+
+
+def layer_lines(evidence: VerdictSources, nodes: Sequence[str]) -> tuple[str, ...]:
     """``node: reason`` for the first :data:`SHOWN_LAYERS` nodes."""
     lines = []
     for node in nodes[:SHOWN_LAYERS]:
-        found = evidence.layer(node)
-        reason = layer_reason(*found) if found else _searched_rank(evidence.plan, node)
+        reason = _reason(evidence, node)
         needed = without_it(evidence.plan, node) if evidence.plan is not None else None
         lines.append(f"{node}: " + (f"{reason[:-1]}; {needed}." if needed else reason))
     if len(nodes) > SHOWN_LAYERS:
@@ -164,7 +201,7 @@ def layer_lines(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def calibrator_fixes(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...]:
+def calibrator_fixes(evidence: VerdictSources, nodes: Sequence[str]) -> tuple[str, ...]:
     """``--per-tensor TENSOR=METHOD`` suggestions for the inputs of ``nodes`` where another calibrator
     gains at least :data:`CALIBRATOR_GAIN_DB`, then the doctor's calibrator finding, if any."""
     fixes: dict[str, str] = {}
@@ -184,11 +221,11 @@ def calibrator_fixes(evidence: Evidence, nodes: Sequence[str]) -> tuple[str, ...
     return tuple(fixes.values())
 
 
-def _n_layers(evidence: Evidence) -> int | None:
+def _n_layers(evidence: VerdictSources) -> int | None:
     return len(evidence.rankings[0].layers) if evidence.rankings else None
 
 
-def lead_sections(verdict: str, nodes: Sequence[str], precision: str, evidence: Evidence,
+def lead_sections(verdict: str, nodes: Sequence[str], precision: str, evidence: VerdictSources,
                   fixes: Sequence[str], code: Sequence[str]) -> list[Section]:
     """The verdict, the layers kept out of INT8 with their reasons, the fixes and the commands."""
     paragraphs = [verdict]
@@ -202,7 +239,7 @@ def lead_sections(verdict: str, nodes: Sequence[str], precision: str, evidence: 
     return sections
 
 
-def plan_lead(evidence: Evidence) -> list[Section]:
+def plan_lead(evidence: VerdictSources) -> list[Section]:
     """The first screen of a result holding a fallback plan (none without one)."""
     plan = evidence.plan
     if plan is None:
@@ -214,7 +251,7 @@ def plan_lead(evidence: Evidence) -> list[Section]:
 
 def auto_lead(result: AutoResult) -> list[Section]:
     """The first screen of the automatic flow: its verdict, the repairs it tried first, the build."""
-    evidence = Evidence(result.plan, (result.report,) if result.report is not None else ())
+    evidence = VerdictSources(result.plan, (result.report,) if result.report is not None else ())
     tried = tuple(f"{r.repair} (tried, {'kept' if r.kept else 'not kept'}): {result.metric} "
                   f"{fmt(r.before)} -> {fmt(r.after)}; {r.reason}" for r in result.repairs)
     fixes = tried + calibrator_fixes(evidence, result.exclude)

@@ -1,4 +1,5 @@
-"""The automatic flow: rank the layers, search the fewest to keep out of INT8, verify on the real model."""
+"""Fallback end to end, on the models: rank the layers, search the fewest to keep out of INT8, verify
+on the real model, build the mixed model (:mod:`~quantdbg.fallback.search` is the search alone)."""
 from __future__ import annotations
 
 from contextlib import ExitStack
@@ -17,9 +18,10 @@ from quantdbg.fallback.mixed import mixed_model
 from quantdbg.fallback.plan import FallbackPlan
 from quantdbg.fallback.search import Score, search_fallback
 from quantdbg.fallback.target import FallbackTarget
-from quantdbg.model import footprint
+from quantdbg.model.footprint import footprint
 from quantdbg.qdq import QuantizedModel
-from quantdbg.sensitivity import SensitivityReport, VariantEvaluator, analyze_variants
+from quantdbg.sensitivity import SensitivityReport, VariantEvaluator
+from quantdbg.sensitivity.analyze import analyze_variants
 
 
 @dataclass(frozen=True, repr=False)
@@ -60,7 +62,7 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     FP32); the verification runs the mixed model written by :func:`quantdbg.qdq.remove_qdq` in
     ``config.precision``. Model-file metrics (commands) get the mixed model in
     ``config.precision`` at every evaluation. Through a
-    :class:`~quantdbg.sensitivity.JournaledEvaluator` (see :func:`fallback_ingredients`), the
+    :class:`~quantdbg.sensitivity.journaled.JournaledEvaluator` (see :func:`fallback_ingredients`), the
     ranking and every evaluation are kept in its journal, so a stopped search resumes.
 
     Args:
@@ -95,7 +97,8 @@ def auto_fallback(evaluator: VariantEvaluator, target: FallbackTarget, config: F
     plan = plan.with_precision(config.precision)
     unreachable = plan.status == "unreachable"
     mixed = None if unreachable else mixed_model(scorer.qmodel, plan.exclude, config.precision)
-    return FallbackResult(replace(plan, footprint=footprint(scorer.fp_model)), report, mixed)
+    plan = replace(plan, footprint=footprint(scorer.fp_model), metric=scorer.metric.name)
+    return FallbackResult(plan, report, mixed)
 
 
 def fallback_ingredients(evaluator: VariantEvaluator, target: FallbackTarget,
