@@ -311,7 +311,7 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
              "",
              "Cell = peak RSS / weight bytes and wall time / the FP32 floor's (peak RSS, wall time). "
              "quantdbg's analyze row includes its calibration (minmax), as `quantdbg analyze` does"
-             + (f"; `before:` rows run the source tree of {args.before_label}."
+             + (f"; `before:` rows run {_before_trees(results, args)}."
                 if any(c in BEFORE for c in configs) else "."), "",
              "| configuration | " + " | ".join(f"{gb} GB ({weights[gb] / 2**30:.2f} GiB)" for gb in sizes)
              + " |",
@@ -323,6 +323,25 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
                  for gb, run in zip(sizes, runs, strict=True)]
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", *_failures(index, results["sources"]), *_reading(index, sizes)]) + "\n"
+
+
+def _before_trees(results: dict, args: argparse.Namespace) -> str:
+    """What the ``before:`` rows ran: the one tree, or, when runs measured different ones, each
+    run's own (named by its ``--before-label`` on its command line above)."""
+    labels = {_argv_value(src.get("argv") or [], "--before-label") for src in results["sources"]}
+    labels.discard(None)
+    if len(labels) > 1:
+        return "the source tree their run's `--before-label` names (its command line above)"
+    return f"the source tree of {labels.pop() if labels else args.before_label}"
+
+
+def _argv_value(argv: list[str], option: str) -> str | None:
+    """The words after ``option`` up to the next option (a label may be several words)."""
+    if option not in argv:
+        return None
+    rest = argv[argv.index(option) + 1:]
+    end = next((i for i, word in enumerate(rest) if word.startswith("--")), len(rest))
+    return " ".join(rest[:end])
 
 
 def _failures(index: dict, sources: list[dict]) -> list[str]:
@@ -371,7 +390,7 @@ def _reading(index: dict, sizes: list[float]) -> list[str]:
     lines += _kept(index, sizes)
     lines.append("- Largest model that fits 24 GiB, per tool (measured: the largest size that ran under the "
                  "cap; extrapolated: 24 GiB / its peak RSS per weight byte):")
-    for config in (*QDBG[1:], *PEERS):
+    for config in (*QDBG[1:], *PEERS, *BEFORE):
         lines += _largest(index, sizes, config)
     return lines
 
