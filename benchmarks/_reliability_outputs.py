@@ -230,10 +230,11 @@ def _fault(kind: str, n: int, out: Path, calls: list[Any]) -> Iterator[None]:
 
 
 def summary(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """Per category: cases tried, tracebacks, inputs changed, wrong results accepted, wrongly refused."""
+    """Per category: cases tried, tracebacks, inputs changed, wrong results accepted, wrongly refused
+    (rows marked ``n/a`` or ``not counted`` left out)."""
     found = []
     for category in dict.fromkeys(r[0] for r in rows):
-        mine = [r[-1] for r in rows if r[0] == category]
+        mine = [r[-1] for r in rows if r[0] == category and not r[-1].startswith(("n/a", "not counted"))]
         found.append((category, str(len(mine)), *(str(sum(word in v for v in mine)) for word in
                                                     ("TRACEBACK", "INPUT CHANGED", "WRONG ACCEPTED",
                                                      "WRONGLY REFUSED"))))

@@ -49,7 +49,7 @@ from _nncf_peer import int8_layers  # noqa: E402
 from _zoo_tasks import ZOO, bench_task, ctc_exact, mrr, run_command, silero_auc, write_section  # noqa: E402
 
 import quantdbg  # noqa: E402
-from quantdbg.evaluation import OutputFunction  # noqa: E402
+from quantdbg.evaluation import Accuracy, OutputFunction  # noqa: E402
 from quantdbg.fallback import FallbackTarget  # noqa: E402
 from quantdbg.pipeline import AutoConfig  # noqa: E402
 
@@ -68,13 +68,13 @@ def task_metric(name: str, labels: np.ndarray | None) -> Any:
     """The model's task metric, scored in the analysis session.
 
     Each also scores a leading part of the evaluation set (the output-space ranking scores the
-    first samples only): MiniLM's pairs are interleaved (query, its paragraph, ...), the labels of
-    Silero's frames, of the images and of the text strips are cut to the rows scored. (quantdbg's
-    own ``Accuracy`` cannot: it needs one label per prediction, so the ranking fails with it.)
+    first samples only): quantdbg's ``Accuracy`` cuts its labels itself (``TaskMetric.on_first``);
+    MiniLM's pairs are interleaved (query, its paragraph, ...), and the labels of Silero's frames and
+    of the text strips are cut to the rows scored.
     """
     if name in ("digits_cnn", "mobilenet_digits"):
-        return OutputFunction(lambda out, ref: float((out["logits"].argmax(-1) == labels[:len(out["logits"])])
-                                                     .mean()), "accuracy")
+        assert labels is not None
+        return Accuracy(labels, output="logits")
     if name == "crnn_text":
         return OutputFunction(lambda out, ref: float(ctc_exact(out["logits"], labels[:len(out["logits"])])
                                                      .mean()), "exact match")
@@ -144,6 +144,9 @@ def _instrument(clock: Clock, metric: Any) -> None:
     context.calibrate = clock.wrap("first calibration", context.calibrate, first_only=True)
     context.collect_stats = clock.wrap("histogram pass", context.collect_stats)
     context.AutoContext.analysis = clock.wrap("analysis", context.AutoContext.analysis)
+    context.AutoContext.evidence = clock.wrap("analysis", context.AutoContext.evidence)  # the calibrator's
+    context.AutoContext.output_sqnr = clock.wrap("gates", context.AutoContext.output_sqnr)
+    context.AutoContext.bias_corrected = clock.wrap("bias pass", context.AutoContext.bias_corrected)
     flow.auto_fallback = clock.wrap("search", flow.auto_fallback)
 
 
@@ -152,7 +155,8 @@ EVALUATION = ("eval passes", "metric")  # a full pass of a model over the evalua
 
 def _cost(clock: Clock, seconds: float) -> dict[str, float]:
     """quantdbg's wall time split: the evaluations (full passes + the metric), the first calibration
-    pass, the analysis and the search (each less the evaluations inside it), and the overhead:
+    pass, the analysis (the calibrator evidence and the fallback's ranking) and the search (each less
+    the evaluations inside it), the repairs' gates and bias-correction pass, and the overhead:
     everything but the evaluations and the first calibration pass (the analysis is part of it)."""
     evals = sum(clock.seconds.get(label, 0.0) for label in EVALUATION)
     calib = clock.seconds.get("first calibration", 0.0)
@@ -161,6 +165,8 @@ def _cost(clock: Clock, seconds: float) -> dict[str, float]:
             "search_s": round(clock.own("search", EVALUATION), 2),
             "histogram_pass_s": round(clock.seconds.get("histogram pass", 0.0), 2),
             "head_passes_s": round(clock.seconds.get("head passes", 0.0), 2),
+            "gates_s": round(clock.seconds.get("gates", 0.0), 2),
+            "bias_pass_s": round(clock.seconds.get("bias pass", 0.0), 2),
             "overhead_s": round(seconds - evals - calib, 2), "full_passes": clock.calls.get("eval passes", 0)}
 
 
@@ -311,14 +317,17 @@ def _row_cells(r: dict[str, Any]) -> str:
     n_out = f"{len(n['excluded'])} ({n['reverted_ops']} ops)" if ok else n.get("status", "n/a")
     n_evals = (f"{n['full_validations']} + {n['rank_validations']} rank + {n['item_validations']} item"
                if ok else "n/a")
-    q_evals = ", ".join(f"{k} {v}" for k, v in r["evaluations"].items() if v)
+    subset = r["evaluations"].get("rank", 0)  # the output-space ranking scores the first 64 samples
+    q_evals = f"{r['n_evaluations'] - subset} + {subset} subset (" + ", ".join(
+        f"{k} {v}" for k, v in r["evaluations"].items() if v and k != "rank") + ")"
     cost = r["cost"]
     wall = cost["wall_s"]
-    split = " / ".join(f"{100 * cost[k] / wall:.0f}" for k in ("evaluations_s", "analysis_s", "overhead_s"))
+    split = " / ".join(f"{100 * cost.get(k, 0.0) / wall:.0f}"
+                       for k in ("evaluations_s", "analysis_s", "gates_s", "bias_pass_s", "overhead_s"))
     return (f"| {r['model']} | {form} | {_fmt(r['fp32'])} | {_fmt(r.get('modelopt_int8'))} | "
             f"{_fmt(r['int8'])} / {_fmt(n.get('int8'))} | {_fmt(r['final'])} / {_fmt(n.get('final'))} | "
             f"{q_out} / {n_out} of {len(r.get('final_layers', {}))} | "
-            f"{r['n_evaluations']} ({q_evals}) / {n_evals} | "
+            f"{q_evals} / {n_evals} | "
             f"{wall:.0f} / {_secs(n.get('wall_s'))} ({_ratio(wall, n.get('wall_s'))}) | "
             f"{r['peak_rss_mib']:.0f} / {n.get('peak_rss_mib', 0):.0f} MiB | {split} % | {r['load1']:.1f} |")
 
@@ -338,13 +347,16 @@ def section(rows: list[dict[str, Any]], command: str, commit: str, notes: str) -
              "otherwise). Out of INT8: Conv/ConvTranspose/Gemm/MatMul nodes of the tool's final model whose "
              "inputs are not both read through DequantizeLinear, of all such nodes; NNCF's reverted "
              "operations (every op of its reverted quantizer groups) in brackets. Evaluations: quantdbg's "
-             "task-metric evaluations per phase (rank = on the ranking subset) / NNCF's validation-function "
-             "calls on the full set + on its ranking subset + on single items. Time: around the API call "
+             "full task-metric evaluations + those on the first 64 samples (the output-space ranking), per "
+             "phase / NNCF's validation-function calls on the full set + on its ranking subset + on single "
+             "items. Time: around the API call "
              "(ratio quantdbg/NNCF); RSS: the process's peak. Cost split (quantdbg): evaluations (full "
-             "passes over the evaluation data + the metric) / analysis / overhead (everything but the "
-             "evaluations and the first calibration pass; the analysis is part of it).", "",
+             "passes over the evaluation data + the metric) / analysis / gates / bias pass / overhead "
+             "(everything but the "
+             "evaluations and the first calibration pass; the analysis, the repairs' output-SQNR gates and "
+             "the bias-correction pass are part of it).", "",
              "| model | form | FP32 | ModelOpt INT8 | INT8 | final | out of INT8 | evaluations | time | "
-             "peak RSS | eval / analysis / overhead | load |",
+             "peak RSS | eval / analysis / gates / bias pass / overhead | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row_cells(r) for r in rows]
     lines += ["", notes.strip(), "", "Layers kept out of INT8, per run (quantdbg; NNCF):", ""]

@@ -6,12 +6,15 @@ appeared. Then each reader gets N randomly mutated documents (a value replaced, 
 text cut short) and the model loader N randomly mutated protobufs; anything but the library's own
 errors counts as an escape. Then outputs aimed at files a command reads or writes (a model's
 external data file, the --evaluate script, ``OUT.onnx.data``, the demo's files), two runs on one
-output, and a disk that fills (ENOSPC at the n-th file) or turns read-only (EROFS) mid-run, each
-counted as tried / tracebacks / inputs changed / wrong results accepted. Prints Markdown tables
-(the Reliability section of RESULTS.md)::
+output, a disk that fills (ENOSPC at the n-th file) or turns read-only (EROFS) mid-run, hostile
+node names and paths in the generated build commands (``_reliability_names.py``), a resume after
+an input or the journal changed (``_reliability_resume.py``) and what an ``--evaluate`` command
+started, after a signal (``_reliability_processes.py``), each counted as tried / tracebacks /
+inputs changed / wrong results accepted. Prints Markdown tables (the Reliability section of
+RESULTS.md)::
 
     python benchmarks/reliability.py --mutations 1000 > /tmp/reliability.md
-    python benchmarks/reliability.py --categories paths concurrent disk
+    python benchmarks/reliability.py --categories paths concurrent disk names resume grandchildren
 """
 from __future__ import annotations
 
@@ -38,7 +41,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _reliability_names as names  # noqa: E402
 import _reliability_outputs as outputs  # noqa: E402
+import _reliability_processes as processes  # noqa: E402
+import _reliability_resume as resume  # noqa: E402
 
 from quantdbg.cli import main
 from quantdbg.demo import INPUT_NAME, load_embedded
@@ -65,23 +71,27 @@ def _state(work: Path) -> dict[str, str]:
 
 
 def _cli(work: Path, command: str) -> tuple[int, str]:
-    err = io.StringIO()
+    return _run(work, shlex.split(command))[:2]
+
+
+def _run(work: Path, argv: list[str]) -> tuple[int, str, str]:
+    """Runs ``quantdbg ARGV`` in ``work``: exit status (-1: an exception escaped), last stderr line and
+    stdout."""
+    err, out = io.StringIO(), io.StringIO()
     cwd = os.getcwd()
     os.chdir(work)
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
-                warnings.catch_warnings():
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                status = main(shlex.split(command) + (["--no-progress"] if " --no-progress" not in command
-                                                      and command.split()[0] in ("calibrate", "doctor")
-                                                      else []))
+                status = main(argv + (["--no-progress"] if "--no-progress" not in argv
+                                      and argv[0] in ("calibrate", "doctor") else []))
             except BaseException as exc:  # noqa: BLE001 - an escape is what this script measures
-                return -1, f"ESCAPED {type(exc).__name__}: {exc}"
+                return -1, f"ESCAPED {type(exc).__name__}: {exc}", out.getvalue()
     finally:
         os.chdir(cwd)
     lines = err.getvalue().strip().splitlines()
-    return status, lines[-1] if lines else ""
+    return status, lines[-1] if lines else "", out.getvalue()
 
 
 CLI_CASES = [
@@ -173,7 +183,7 @@ def run_signal_cases(work: Path) -> list[tuple[str, ...]]:
         process.send_signal(signum)
         process.wait(timeout=120)
         time.sleep(1.0)
-        alive = _alive(child)
+        alive = processes.alive(child)
         if alive:
             os.kill(child, signal.SIGKILL)  # it holds the pipes open
         err = process.stderr.read()
@@ -183,15 +193,6 @@ def run_signal_cases(work: Path) -> list[tuple[str, ...]]:
                      f"{len(list(tmp.iterdir()))} temp folder(s) left"))
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a killed process waiting to be reaped, state Z, has stopped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def _mutate(doc: Any, rng: np.random.Generator) -> str:
@@ -424,7 +425,9 @@ def _scales(path: Path) -> dict[str, float] | None:
     return _scales_of(json.loads(path.read_text())) if path.is_file() else None
 
 
-def _scales_of(entries: dict[str, Any]) -> dict[str, float]:
+def _scales_of(doc: dict[str, Any]) -> dict[str, float]:
+    """Tensor -> scale of a scales file (tagged ``quantdbg.scales/1`` with its ``tensors``, or untagged)."""
+    entries = doc["tensors"] if "format" in doc else doc
     return {name: entry["scale"] for name, entry in entries.items()}
 
 
@@ -440,7 +443,8 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-CATEGORIES = ("cli", "signals", "fuzz", "numeric", "paths", "concurrent", "disk")
+CATEGORIES = ("cli", "signals", "fuzz", "numeric", "paths", "concurrent", "disk", "names", "resume",
+              "grandchildren")
 
 
 def main_(argv: list[str] | None = None) -> int:
@@ -465,6 +469,14 @@ def main_(argv: list[str] | None = None) -> int:
         checked = [*(outputs.run_path_cases(work, _cli, _state) if "paths" in chosen else []),
                    *(outputs.run_concurrent_cases(work, _cli) if "concurrent" in chosen else []),
                    *(outputs.run_disk_cases(work, _cli, _state) if "disk" in chosen else [])]
+        if "names" in chosen:
+            names.hostile_inputs(work)
+            checked += names.run_name_cases(work, _run, _state)
+        if "resume" in chosen:
+            resume.resume_inputs(work)
+            checked += resume.run_resume_cases(work, _run)
+        if "grandchildren" in chosen:
+            checked += processes.run_process_cases(work)
     tables = [
         (("issue case", "what", "exit", "stderr (last line)", "inputs changed", "files written"), cli),
         (("issue case", "what", "exit", "stderr (last line)", "--evaluate child", "temp folders"), signals),

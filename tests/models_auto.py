@@ -59,6 +59,18 @@ def planted_cnn() -> onnx.ModelProto:
     return model
 
 
+def planted_classifier(evals: dict[str, np.ndarray]) -> tuple[onnx.ModelProto, np.ndarray]:
+    """:func:`planted_cnn` with ``fc``'s bias centring its logits on ``evals`` (so INT8's error flips
+    classes), and the FP32 model's classes of ``evals`` as labels (FP32 accuracy 1.0)."""
+    model = planted_cnn()
+    (logits,) = models_sensitivity.run_exposed(model, [evals], ["y"])["y"]
+    fc = next(n for n in model.graph.node if n.name == "fc")
+    model.graph.initializer.append(numpy_helper.from_array(-logits.mean(0).astype(np.float32), "fc.b"))
+    fc.input.append("fc.b")
+    (logits,) = models_sensitivity.run_exposed(model, [evals], ["y"])["y"]
+    return model, logits.argmax(-1)
+
+
 def cnn_inputs(rng: np.random.Generator, n: int = 64) -> dict[str, np.ndarray]:
     """``{"x": [n, 3, 8, 8]}`` standard normal."""
     return {"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32)}

@@ -130,3 +130,17 @@ def test_the_scaling_out_python_runs_as_written_and_matches_one_process(folder):
     done = _run(f"{shlex.quote(sys.executable)} scaling_out.py", folder)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("same as one process")
+
+
+def test_every_test_the_readme_points_at_exists():
+    """The guarantees point at the tests that hold them: each named test is a test function there."""
+    root = README.parent
+    pointed = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", README.read_text())
+    assert len(pointed) >= 6
+    for path, name in pointed:
+        assert re.search(rf"^def {name}\(", (root / path).read_text(), flags=re.M), f"{path}::{name}"
+    anchors = re.findall(r"\(benchmarks/RESULTS\.md#([\w-]+)\)", README.read_text())
+    results = (root / "benchmarks" / "RESULTS.md").read_text()
+    headings = {re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-")
+                for h in re.findall(r"^#+ (.*)$", results, flags=re.M)}
+    assert set(anchors) <= headings

@@ -58,7 +58,8 @@ class Journal:
         ingredients: Ingredient name -> digest of everything that decides the run's result.
 
     Attributes:
-        entries: Key -> JSON-ready value, the last one recorded under each key.
+        entries: Key -> JSON-ready value, the last one recorded under each key (without a file, the
+            values :meth:`stored` computed are kept as they are, not here).
         phase: What the evaluations made now are counted under (the flow's phase).
         used: Evaluation key -> the phase that made it, for every evaluation this run used
             (those read from the file included).
@@ -74,6 +75,7 @@ class Journal:
         self._chain = _header_chain(kind, self.ingredients)
         self._size: int | None = None  # bytes of the file that hold whole entries (None: no file yet)
         self._created = False
+        self._values: dict[str, Any] = {}  # without a file: what stored() computed, as it is
 
     @classmethod
     def open(cls, path: str | os.PathLike | None, kind: str, ingredients: Mapping[str, str]) -> Journal:
@@ -121,14 +123,14 @@ class Journal:
     def __reduce__(self) -> tuple[Any, ...]:
         """Travels to a worker process as an in-memory copy: only the run's own process appends."""
         copy = (None, self.kind, self.ingredients)
-        return _in_memory, (copy, self.entries, self.phase)
+        return _in_memory, (copy, self.entries, self.phase, self._values)
 
     def get(self, key: str) -> Any:
         """The value recorded under ``key`` (None when there is none)."""
         return self.entries.get(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self.entries
+        return key in self.entries or key in self._values
 
     def record(self, key: str, value: Any) -> None:
         """Appends ``key`` -> JSON-ready ``value`` (a later entry of a key replaces the earlier one).
@@ -154,10 +156,15 @@ class Journal:
             encode: The value -> JSON-ready data.
             decode: JSON-ready data and where it comes from (for messages) -> the value.
         """
+        if key in self._values:
+            return self._values[key]  # type: ignore[no-any-return]
         if key in self.entries:
             return decode(self.entries[key], f"{self.where} entry {key!r}")
         value = compute()
-        self.record(key, encode(value))
+        if self.path is None:
+            self._values[key] = value  # nothing is written: its JSON form would only cost time
+        else:
+            self.record(key, encode(value))
         return value
 
     @property
@@ -208,9 +215,9 @@ class Journal:
         self._size = (self._size or 0) + len(data)
 
 
-def _in_memory(args: tuple[Any, ...], entries: dict[str, Any], phase: str) -> Journal:
+def _in_memory(args: tuple[Any, ...], entries: dict[str, Any], phase: str, values: dict[str, Any]) -> Journal:
     journal = Journal(*args)
-    journal.entries, journal.phase = dict(entries), phase
+    journal.entries, journal.phase, journal._values = dict(entries), phase, dict(values)
     return journal
 
 

@@ -1,7 +1,9 @@
 """The Ray tests: one local Ray instance of two CPUs per test module.
 
 Every module starts with ``pytest.importorskip("ray")`` (the ``[dev]`` extra installs it) and asks
-for ``ray_instance``, which starts Ray once for the module and shuts it down after it.
+for ``ray_instance``, which starts Ray once for the module and shuts it down after it; except
+``test_no_shared_fs.py``, whose two-node cluster (``noshare.py``) hides the driver's files from the
+worker node.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import models
+import models_large
 import numpy as np
 import pytest
 
@@ -84,3 +85,20 @@ def test_a_bad_feed_is_named_by_its_shard_and_place(ray_instance, case):
     with pytest.raises(DataError, match=r"Calibration shard 2 of 2 \(batches 6 to 10 of the data\): "
                                         r"calibration batch 1: input 'x' expects dtype float32, got float64"):
         collect_stats(model, feeds, ["a"], CollectConfig(executor=RayExecutor(), shards=2))
+
+
+def test_on_one_node_a_lazy_models_data_file_is_read_in_place_not_shipped(ray_instance, tmp_path):
+    path = models_large.matmul_stack(tmp_path, 2**20, width=64)  # 1 MiB of weights in model.onnx.data
+    size = path.with_name("model.onnx.data").stat().st_size
+    data = {"x": models_large.inputs(64, 4 * BATCH)}
+    serial = quantize(path, data, CalibConfig(method="minmax"), batch_size=BATCH)
+    executor = RayExecutor()
+    calib = CalibConfig(method="minmax", executor=executor, shards=2)
+    sharded = quantize(path, data, calib, batch_size=BATCH)
+    assert sharded.model.SerializeToString() == serial.model.SerializeToString()
+    (shipped,) = executor.shipments
+    assert (shipped.tasks, shipped.files, shipped.new_files) == (2, 0, 0)  # every worker is on this node
+    # The shared object holds the data and the graph; the weights stay in the driver's data file, which
+    # the workers read in place. A task carries its shard's index and the references only.
+    assert data["x"].nbytes < shipped.shared < data["x"].nbytes + size // 8
+    assert shipped.per_task < 1000

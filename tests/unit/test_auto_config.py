@@ -37,6 +37,8 @@ def _round_trip(value):  # noqa: ANN001, ANN202
                               max_evaluations=9),
                0.1, 8, 2, True, Path("run.partial")),
     AutoConfig(equalize=EqualizeRepairConfig(0.5), bias_correction=BiasCorrectionRepairConfig(0.25)),
+    AutoConfig(equalize=EqualizeRepairConfig(min_sqnr_gain=None),
+               bias_correction=BiasCorrectionRepairConfig(min_sqnr_gain=0.5, gate_samples=128)),
     CalibratorRepairConfig(),
     SmoothQuantRepairConfig(),
     EqualizeRepairConfig(),
@@ -96,6 +98,13 @@ def test_repair_configs_refuse_bad_values():
         SmoothQuantRepairConfig(min_improvement=float("nan"))
     assert str(err.value) == ("SmoothQuantRepairConfig.min_improvement must be >= 0 (task-metric units), got "
                               "nan.")
+    with pytest.raises(ConfigError) as err:
+        EqualizeRepairConfig(min_sqnr_gain=float("inf"))
+    assert str(err.value) == ("EqualizeRepairConfig.min_sqnr_gain must be a finite number of dB or None (no "
+                              "gate), got inf.")
+    with pytest.raises(ConfigError) as err:
+        BiasCorrectionRepairConfig(gate_samples=0)
+    assert str(err.value) == "BiasCorrectionRepairConfig.gate_samples must be >= 1, got 0."
 
 
 def test_a_bad_field_in_json_is_named():
@@ -112,7 +121,10 @@ def test_records_round_trip():
     ranges = ChannelRange("ln", np.array([1.0, 2.0, 40.0, 3.0]))
     step = SmoothingStep(SmoothingConfig(nodes=("q",)), (ranges,), (), {"ln": ranges.outlier_ratio})
     record = RepairRecord("smoothquant", True, False, 1.0, 0.5, "worse", (choice,), step)
-    for value in (choice, ranges, step, record):
+    gated = RepairRecord("equalize", False, False, 1.0, None, "not evaluated",
+                         output_sqnr=(28.2, float("inf")))
+    assert "output_sqnr" not in record.to_dict() and gated.to_dict()["output_sqnr"] == [28.2, "inf"]
+    for value in (choice, ranges, step, record, gated):
         assert _round_trip(value) == value
     assert record.changes == (choice,)
     assert step.absmax()["ln"].dtype == np.float64

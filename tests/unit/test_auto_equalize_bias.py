@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import models_repairs as mr
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 import quantdbg
 from quantdbg.config import CalibConfig, Precision
 from quantdbg.evaluation import OutputFunction
 from quantdbg.fallback import FallbackConfig, FallbackTarget
-from quantdbg.pipeline import AutoConfig, apply_recipe
+from quantdbg.pipeline import AutoConfig, BiasCorrectionRepairConfig, EqualizeRepairConfig, apply_recipe
 from quantdbg.report import render_markdown
 
 FP32 = FallbackConfig(precision=Precision.FP32)
@@ -89,8 +91,11 @@ def test_bias_correction_removes_the_planted_shift_and_is_recorded(corrected):
     (record,) = result.repairs  # met after the first repair: the calibrator is not tried
     assert (record.repair, record.applied, record.kept) == ("bias_correction", True, True)
     assert record.reason.startswith("corrected the biases of 4 layer(s) (largest mean shift ")
+    before, after = record.output_sqnr  # the gate: the corrected outputs are closer to FP32
+    assert after > before
     assert record.reason.endswith("; 1 skipped (a MatMul without a bias Add (a new Add node would change the "
-                                  "graph TensorRT fuses)); task metric "
+                                  f"graph TensorRT fuses)); output SQNR against FP32 on the first 64 samples "
+                                  f"{before:.3g} -> {after:.3g} dB; task metric "
                                   f"{result.int8_value:.6g} -> {result.repaired_value:.6g}: kept")
     assert result.recipe.calib.bias_correction and result.recipe.kept == ("bias_correction",)
     assert dict(result.evaluations) == {"reference": 1, "int8": 1, "bias_correction": 1}
@@ -99,17 +104,69 @@ def test_bias_correction_removes_the_planted_shift_and_is_recorded(corrected):
     assert again.model.SerializeToString() == result.model.model.SerializeToString()
 
 
+def _sqnr_oracle(model: onnx.ModelProto, ref: onnx.ModelProto, feed: dict[str, np.ndarray]) -> float:
+    """The output SQNR (dB) of ``model`` against ``ref`` on ``feed``, Q/DQ as ONNX defines it (NumPy)."""
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    run = [ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+           .run(None, feed)[0].astype(np.float64) for m in (model, ref)]
+    return float(10 * np.log10((run[1] ** 2).sum() / ((run[0] - run[1]) ** 2).sum()))
+
+
+def test_an_equalization_that_brings_the_outputs_no_closer_to_fp32_is_not_evaluated():
+    """The ReLU6 chain's equalization widens the activation range its ceilings allow (6 / s per channel):
+    the outputs' SQNR drops, so the gate spends no task-metric evaluation on it."""
+    rng = np.random.default_rng(3)
+    calib = {"x": rng.standard_normal((64, 3, 8, 8)).astype(np.float32)}
+    evals = {"x": rng.standard_normal((96, 3, 8, 8)).astype(np.float32)}
+    config = AutoConfig(CalibConfig("minmax"), repairs=("equalize",), threads=1, fallback=FP32)
+    result = quantdbg.auto(mr.relu6_chain(), calib, evals, FallbackTarget.min_metric(60.0),
+                           metric=_output_sqnr("y"), config=config)
+    (record,) = result.repairs
+    head = {"x": evals["x"][:64]}  # the first batches holding 64 samples (two of 32)
+    plain = quantdbg.quantize(mr.relu6_chain(), calib, CalibConfig("minmax")).model
+    equalized = quantdbg.quantize(mr.relu6_chain(), calib, CalibConfig("minmax", equalize=True)).model
+    want = (_sqnr_oracle(plain, mr.relu6_chain(), head), _sqnr_oracle(equalized, mr.relu6_chain(), head))
+    assert record.output_sqnr == pytest.approx(want, abs=1e-3) and want[1] < want[0]
+    assert (record.applied, record.kept, record.after) == (False, False, None)
+    assert record.reason.endswith(f"; not evaluated: output SQNR against FP32 on the first 64 samples "
+                                  f"{want[0]:.3g} -> {want[1]:.3g} dB, a gain is needed")
+    assert "equalize" not in result.evaluations and not result.recipe.calib.equalize  # never evaluated
+    assert (result.evaluations["reference"], result.evaluations["int8"]) == (1, 1)
+
+
+def test_corrections_that_move_the_outputs_away_from_fp32_are_not_evaluated():
+    """Corrections measured on calibration data centred at +1 undo a shift the evaluation data (centred
+    at -1) does not have: the outputs drift from FP32, and the gate spends no evaluation on them."""
+    rng = np.random.default_rng(5)
+
+    def data(n: int, mean: float) -> dict[str, np.ndarray]:
+        return {"x": (rng.standard_normal((n, 3, 6, 6)) + mean).astype(np.float32),
+                "z": (rng.standard_normal((n, 12)) + mean / 2).astype(np.float32)}
+
+    config = AutoConfig(CalibConfig("minmax"), repairs=("bias_correction",), threads=1, fallback=FP32)
+    result = quantdbg.auto(mr.shifted_layers(), data(32, 1.0), data(96, -1.0), FallbackTarget.min_sqnr(90),
+                           config=config)
+    (record,) = result.repairs
+    before, after = record.output_sqnr
+    assert after < before and (record.applied, record.kept) == (False, False)
+    assert "not evaluated: output SQNR against FP32 on the first 64 samples" in record.reason
+    assert "bias_correction" not in result.evaluations and not result.recipe.calib.bias_correction
+
+
 def test_a_repair_that_does_not_improve_the_metric_is_not_kept():
     rng = np.random.default_rng(5)
     data = {"x": (rng.standard_normal((16, 3, 6, 6)) + 1.0).astype(np.float32),
             "z": (rng.standard_normal((16, 12)) + 0.5).astype(np.float32)}
     flat = OutputFunction(lambda out, ref: 0.5, "flat")
+    ungated = (EqualizeRepairConfig(min_sqnr_gain=None), BiasCorrectionRepairConfig(min_sqnr_gain=None))
     config = AutoConfig(CalibConfig("minmax"), repairs=("equalize", "bias_correction"), threads=1,
-                        fallback=FP32)
+                        fallback=FP32, equalize=ungated[0], bias_correction=ungated[1])
     result = quantdbg.auto(mr.shifted_layers(), data, data, FallbackTarget.min_metric(0.9), metric=flat,
                            config=config)
     assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [("equalize", True, False),
                                                                      ("bias_correction", True, False)]
+    assert all(r.output_sqnr is None for r in result.repairs)  # no gate: both evaluated
     assert not result.recipe.calib.equalize and not result.recipe.calib.bias_correction
     assert result.recipe.kept == ()
 

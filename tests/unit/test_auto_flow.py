@@ -17,7 +17,7 @@ from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 import quantdbg
 from quantdbg.config import Precision, TensorKind
 from quantdbg.errors import ConfigError
-from quantdbg.evaluation import ModelFunction, OutputFunction
+from quantdbg.evaluation import Accuracy, ModelFunction, OutputFunction
 from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.pipeline import AutoConfig, AutoRecipe, read_recipe
 from quantdbg.pipeline.build import MODEL_PLACEHOLDER
@@ -65,7 +65,23 @@ def test_the_calibrator_repair_keeps_every_layer_in_int8(clipped):
     assert x_pair.scale[0] == pytest.approx(float(np.abs(calib["x"]).max()) / 127, rel=1e-6)
     assert result.model.excluded == () and all(_dq_fed(result.model.model).values())
     assert dict(result.evaluations) == {"reference": 1, "int8": 1, "calibrator": 1}
-    assert result.report is not None and sorted(result.report.ranking) == ["fc1", "fc2"]
+    assert result.report is None  # the repair read the evidence alone: no layer was ranked
+
+
+def test_the_calibrator_repair_scores_no_layer_ranking(clipped):
+    """The repair reads the calibrator evidence alone; ranking the layers is left to the fallback."""
+    model, calib, evals, _ = clipped
+    scored: list[int] = []
+
+    def relative(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+        scored.append(len(reference["y"]))
+        return ma.relative_accuracy(outputs, reference)
+
+    result = quantdbg.auto(model, calib, evals, FallbackTarget.min_metric(0.9),
+                           metric=OutputFunction(relative, "relative accuracy"), config=CONFIG)
+    assert result.outcome == "repaired" and result.int8_value < 0.9 <= result.repaired_value
+    assert scored == [len(evals["x"])] * 3  # FP32, default INT8, repaired: no variant on the first samples
+    assert dict(result.evaluations) == {"reference": 1, "int8": 1, "calibrator": 1}
 
 
 def test_the_recipe_reapplied_to_a_reexport_gives_byte_identical_scales(clipped, tmp_path):
@@ -137,6 +153,22 @@ def test_when_repair_is_not_enough_the_planted_layer_falls_back(planted):
     again = quantdbg.pipeline.apply_recipe(model, calib, result.recipe)
     assert again.model.SerializeToString() == result.model.model.SerializeToString()
     assert again.excluded == (ma.PLANTED,) and again.excluded_precision is Precision.FP32
+
+
+def test_accuracy_labels_are_cut_to_the_samples_the_ranking_scores():
+    """The output-space ranking scores each variant on the first 64 samples: Accuracy's labels must
+    follow (the ranking runs once the repaired INT8 misses the target)."""
+    rng = np.random.default_rng(5)
+    calib, evals = ma.cnn_inputs(rng), ma.cnn_inputs(rng, 160)
+    model, labels = ma.planted_classifier(evals)
+    result = quantdbg.auto(model, calib, evals, FallbackTarget.max_relative_loss(5), metric=Accuracy(labels),
+                           config=CONFIG)
+    assert result.fp32_value == 1.0 and result.repaired_value < 0.95
+    assert result.outcome == "fallback" and result.exclude == (ma.PLANTED,) and result.final_value >= 0.95
+    space = result.report.output_space
+    assert (space.metric, space.n_samples) == ("accuracy", 64)
+    assert all(float(v * 64).is_integer() for v in space.values.values())  # scored against 64 labels
+    assert space.ranking[0] == ma.PLANTED
 
 
 def test_error_spread_over_the_model_stops_within_the_limit_and_says_so(rng):

@@ -46,7 +46,8 @@ def test_each_tensor_gets_the_calibrator_with_the_least_local_noise(rng):
     context = _context(calib, evals)
     stage = context.stage(as_loaded(ma.clipped_mlp()), CalibConfig("entropy"))
     proposal = CalibratorRepair(AutoConfig().calibrator).apply(stage, context)
-    report = context.last_report
+    report = context.evidence(stage)  # the stored evidence the repair read
+    assert context.last_report is None  # and no ranking
     noise: dict[str, dict[str, float]] = {}  # oracle: summed noise power of the layers reading each tensor
     for layer in report.layers:
         for inp in layer.inputs:

@@ -41,6 +41,20 @@ def test_accuracy_checks_the_label_count(rng):
         Accuracy(np.zeros(3))
 
 
+def test_a_metric_on_the_first_samples_scores_their_labels(rng):
+    ref = rng.standard_normal((50, 4))
+    out = ref + rng.standard_normal((50, 4))
+    labels = rng.integers(0, 4, 50)
+    head = Accuracy(labels, origin="labels.npy").on_first(20)
+    assert head.identity() == Accuracy(labels[:20]).identity() and head.origin == "labels.npy"
+    assert head.from_outputs({"y": out[:20]}, {"y": ref[:20]}) == pytest.approx(
+        np.mean(out[:20].argmax(1) == labels[:20]))
+    whole = Accuracy(labels)
+    assert whole.on_first(50) is whole and whole.on_first(80) is whole
+    for metric in (OutputMetric("sqnr"), Top1Agreement(), OutputFunction(lambda o, r: 1.0)):
+        assert metric.on_first(20) is metric  # outputs against the reference: any samples as they come
+
+
 def test_ready_metrics_need_an_output_name_when_there_are_several():
     with pytest.raises(ConfigError, match=r"the model has 2 outputs \(\['a', 'b'\]\); name the one"):
         Top1Agreement().from_outputs({"a": np.zeros((1, 2)), "b": np.zeros((1, 2))},

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import models_sensitivity as ms
 import numpy as np
 import pytest
 from onnx import numpy_helper
 
+from quantdbg._journal import Journal
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.calibration import TensorStats
 from quantdbg.calibration.calibrators.base import calibrator_amaxes
@@ -16,14 +18,24 @@ from quantdbg.config import TensorKind
 from quantdbg.model import load_model
 from quantdbg.model.names import name_nodes
 from quantdbg.qdq import QdqRecord
-from quantdbg.sensitivity import LayerEvidence, SensitivityConfig, VariantEvaluator
+from quantdbg.sensitivity import (
+    LayerEvidence,
+    SensitivityConfig,
+    VariantEvaluator,
+    suggest_calibrators,
+)
+from quantdbg.sensitivity.analyze import analyze_evidence, analyze_variants
 from quantdbg.sensitivity.evidence import (
+    _distinct,
     calibrator_variants,
     collect_evidence,
     layer_evidence,
     outlier_ratio,
     weight_evidence,
 )
+from quantdbg.sensitivity.journaled import JournaledEvaluator
+from quantdbg.sensitivity.reductions import DataPass, run_local_graph
+from quantdbg.sensitivity.report import EvidenceReport
 
 
 def _record(w_scale: np.ndarray, axis: int | None, op: str = "MatMul") -> QdqRecord:
@@ -134,3 +146,43 @@ def test_evidence_runs_on_the_configured_number_of_batches(mlp):
     assert evaluator.n_passes == 2  # the statistics (no calibration kept) and the local graph
     for layer, evidence in found.items():
         assert evidence.recorded_sqnr is not None and evidence.best_calibrator is not None, layer
+
+
+def test_the_evidence_alone_is_the_full_analysis_evidence_and_journaled_once(mlp):
+    model, feeds, qmodel = mlp
+    factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
+    journal = Journal(None, "auto", {})
+    with JournaledEvaluator(model, qmodel, feeds, "sqnr", factory, journal=journal) as evaluator:
+        alone = analyze_evidence(evaluator)
+        passes = evaluator.n_passes
+        assert analyze_evidence(evaluator) == alone and evaluator.n_passes == passes  # from the journal
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=factory) as evaluator:
+        full = analyze_variants(evaluator, SensitivityConfig())
+    assert [entry.node for entry in alone.layers] == list(qmodel.layers)
+    by_node = {layer.node: layer for layer in full.layers}
+    no_weights = dict.fromkeys(("weight_error_per_tensor", "weight_error_per_channel", "weight_zero_fraction",
+                                "weight_zero_fraction_per_tensor", "recorded_sqnr"))
+    for entry in alone.layers:  # each calibrator's SQNR and the outliers, the same; no weights, no recorded
+        assert entry.inputs == by_node[entry.node].inputs
+        assert entry.evidence == replace(by_node[entry.node].evidence, **no_weights)
+        assert entry.evidence.calibrator_sqnr
+    assert suggest_calibrators(alone) == suggest_calibrators(full)
+    assert EvidenceReport.from_dict(alone.to_dict()) == alone
+
+
+def test_calibrators_choosing_the_same_range_share_one_clone(mlp):
+    model, feeds, qmodel = mlp
+    factory = OnnxrtRunnerFactory(OrtConfig(intra_op_num_threads=1))
+    rng = np.random.default_rng(1)
+    clipped = np.clip(np.abs(rng.standard_normal((4096, 16))), 0, 1.5).astype(np.float32)  # a ReLU6-like cap
+    stats = {"act0": _hist_stats("act0", clipped)}
+    variants = calibrator_variants(qmodel, qmodel.layers, stats)
+    amaxes = calibrator_amaxes(stats["act0"])
+    assert len(set(amaxes.values())) < len(amaxes)  # some calibrators agree on the clip
+    with VariantEvaluator(model, qmodel, feeds, runner_factory=factory) as evaluator:
+        every = run_local_graph(evaluator, variants, DataPass("all"))
+        distinct, clone_of = _distinct(variants)
+        shared = run_local_graph(evaluator, distinct, DataPass("distinct"))
+    assert len(distinct) == len(qmodel.layers) + len(set(amaxes.values()))  # one recorded clone per layer
+    for index, variant in enumerate(variants):  # the same SQNR, bit for bit
+        assert shared[clone_of[index]].sqnr_db == every[index].sqnr_db, variant

@@ -6,6 +6,7 @@ end the run in every way it can end and then check, through /proc, that both pro
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -63,6 +64,14 @@ LocalExecutor(2).map(evaluate, [0, 1], shared=sys.argv[1])
 """
 
 
+_LEAVE = ('import os, time; os.setsid(); open("pids.tmp", "w").write(f"{os.getppid()} {os.getpid()}"); '
+          f'os.rename("pids.tmp", "pids"); time.sleep({2 * PATIENCE})')
+DAEMON = f"{shlex.quote(sys.executable)} -c {shlex.quote(_LEAVE)} & "
+"""A grandchild that leaves the command's group for a session of its own (as a daemon does), then
+writes 'SHELL_PID DAEMON_PID'; it keeps the shell's stdout and stderr, the caller's pipes (so a
+failing test waits for it; it sleeps only twice the patience)."""
+
+
 def _pids(folder, process, leftovers, name="pids") -> tuple[int, int]:
     child, grandchild = map(int, wait_for_file(folder / name, process).split())
     leftovers += [child, grandchild]
@@ -76,6 +85,24 @@ def test_a_sigkilled_caller_takes_the_grandchildren_along(tmp_path, leftovers):
     caller.kill()
     caller.wait()
     assert gone(child) and gone(grandchild)
+
+
+def test_a_grandchild_that_left_the_group_goes_too_when_the_caller_is_killed(tmp_path, leftovers):
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, DAEMON + "wait"], cwd=tmp_path)
+    shell, daemon = _pids(tmp_path, caller, leftovers)
+    caller.kill()
+    caller.wait()
+    assert gone(shell) and gone(daemon)
+
+
+def test_a_grandchild_that_left_the_group_holding_the_output_goes_when_the_command_exits(tmp_path, leftovers):
+    """Else the wait for the end of the output would last as long as that grandchild."""
+    script = DAEMON + "while [ ! -e pids ]; do sleep 0.05; done; echo 0.5"
+    done = run_in_own_group(["sh", "-c", script], PATIENCE, tmp_path)
+    shell, daemon = map(int, (tmp_path / "pids").read_text().split())
+    leftovers.append(daemon)
+    assert (done.returncode, done.stdout) == (0, "0.5\n")
+    assert gone(daemon)
 
 
 def test_a_sigkilled_caller_takes_the_grandchildren_of_its_forked_workers_along(tmp_path, leftovers):

@@ -25,6 +25,7 @@ from quantdbg.sensitivity import LayerSensitivity, SensitivityReport
 from quantdbg.sensitivity.output_space import OutputSpace
 
 TARGET = FallbackTarget.min_metric(0.5)
+EXCHANGE = SearchConfig(exchange=True)  # the exchange phase (off by default)
 
 
 class Planted:
@@ -94,7 +95,7 @@ def test_budget_property_random_planted_sets(seed):
         planted = set(rng.choice(names, k, replace=False))
         for order in _orders(rng, names, planted):
             evaluate = Planted(planted)
-            plan = search_fallback(order, evaluate, TARGET, verify=lambda exclude: 1.0)
+            plan = search_fallback(order, evaluate, TARGET, EXCHANGE, verify=lambda exclude: 1.0)
             assert plan.status == "met"
             assert set(plan.exclude) == planted  # the unique minimal set, whatever its ranks
             assert plan.minimal
@@ -125,10 +126,10 @@ def test_exchanges_find_a_smaller_set_than_the_first_irreducible_one(seed):
     deep = [str(n) for n in rng.choice(names[8:], 2, replace=False)]
     for first, smaller in ((set(names[:3]), {deep[0]}), (set(names[:4]), set(deep))):
         evaluate = Alternatives(first, smaller)
-        without = search_fallback(names, Alternatives(first, smaller), TARGET, SearchConfig(exchange=False),
-                                  verify=lambda exclude: 1.0)
+        without = search_fallback(names, Alternatives(first, smaller), TARGET, verify=lambda exclude: 1.0)
         assert set(without.exclude) == first and without.minimal  # irreducible, not the smallest
-        plan = search_fallback(names, evaluate, TARGET, verify=lambda exclude: 1.0)
+        assert "exchange" not in without.phases  # off by default
+        plan = search_fallback(names, evaluate, TARGET, EXCHANGE, verify=lambda exclude: 1.0)
         assert plan.status == "met" and set(plan.exclude) == smaller and plan.minimal
         assert plan.n_evaluations == len(evaluate.calls) <= plan.budget == default_budget(64, "auto")
         assert len(set(evaluate.calls)) == len(evaluate.calls)
@@ -139,7 +140,7 @@ def test_exchanges_find_a_smaller_set_than_the_first_irreducible_one(seed):
 def test_exchanges_stop_when_a_round_finds_nothing_smaller():
     names = _names(32)
     evaluate = Alternatives({"n0", "n1"}, {"n20", "n21"})  # two sets of two: no exchange helps
-    plan = search_fallback(names, evaluate, TARGET, verify=lambda exclude: 1.0)
+    plan = search_fallback(names, evaluate, TARGET, EXCHANGE, verify=lambda exclude: 1.0)
     assert set(plan.exclude) == {"n0", "n1"} and plan.status == "met"
     assert plan.n_evaluations < plan.budget  # stopped, with budget left
     exchange = [set(e.exclude) for e in plan.evaluations if e.purpose == "exchange"]
@@ -149,7 +150,8 @@ def test_exchanges_stop_when_a_round_finds_nothing_smaller():
 def test_the_exchange_phase_keeps_to_the_budget():
     names = _names(64)
     evaluate = Alternatives(set(names[:4]), {"n40", "n50"})
-    plan = search_fallback(names, evaluate, TARGET, max_evaluations=20, verify=lambda exclude: 1.0)
+    plan = search_fallback(names, evaluate, TARGET, SearchConfig(max_evaluations=20, exchange=True),
+                           verify=lambda exclude: 1.0)
     assert plan.n_evaluations == len(evaluate.calls) == 20
     assert plan.status == "met" and len(plan.exclude) <= 4
     assert evaluate(frozenset(plan.exclude)) == 1.0
@@ -169,7 +171,7 @@ def test_no_set_is_evaluated_when_monotonicity_decides_it():
 
 def test_a_prefix_within_the_share_is_minimised_by_group_testing():
     names = _names(32)
-    plan = search_fallback(names, Planted({"n0", "n5"}), TARGET)  # passing prefix: 8 of the 8 tried
+    plan = search_fallback(names, Planted({"n0", "n5"}), TARGET, EXCHANGE)  # passing prefix: 8 of the 8 tried
     assert plan.exclude == ("n0", "n5") and plan.minimal
     assert [len(e.exclude) for e in plan.evaluations if e.purpose == "search"] == [1, 2, 4, 8]
     assert all(len(e.exclude) < len(names) for e in plan.evaluations)  # never every layer out of INT8

@@ -194,6 +194,30 @@ def test_a_journal_in_memory_writes_nothing(tmp_path, monkeypatch):
     assert journal.get("evaluation:0") == {"value": 1.0} and list(tmp_path.iterdir()) == []
 
 
+def test_stored_values_are_encoded_only_for_a_file(tmp_path):
+    made: list[str] = []
+
+    def compute() -> list[float]:
+        made.append("value")
+        return [1.0, 2.0]
+
+    def encode(value: list[float]) -> list[float]:
+        made.append("encoded")
+        return value
+
+    memory = Journal.open(None, "auto", {})
+    first = memory.stored("calibration:x", compute, encode, lambda data, where: list(data))
+    assert memory.stored("calibration:x", compute, encode, lambda data, where: []) is first
+    assert made == ["value"]  # computed once, never encoded
+    assert pickle.loads(pickle.dumps(memory)).stored("calibration:x", compute, encode, None) == first
+    on_file = Journal.open(tmp_path / "j.partial", "auto", RUN)
+    on_file.stored("calibration:x", compute, encode, lambda data, where: list(data))
+    assert made == ["value", "value", "encoded"]
+    again = Journal.open(tmp_path / "j.partial", "auto", RUN)
+    assert again.stored("calibration:x", compute, encode, lambda data, where: list(data)) == [1.0, 2.0]
+    assert made == ["value", "value", "encoded"]  # read back, not computed
+
+
 def test_a_full_disk_is_one_line_naming_the_file_and_the_half_line_is_cut_off_later(tmp_path, monkeypatch):
     path = tmp_path / "j.partial"
     journal = _filled(path, (1.0,))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import warnings
 import zipfile
 
 import models_sensitivity as ms
@@ -261,3 +262,18 @@ def test_the_cli_refuses_a_sample_beyond_fp16_with_every_method(folder, capsys, 
                           "254 times its 639 other values (at most ")
     assert "Remove or clip sample 21, or check the preprocessing." in err and err.count("\n") == 1
     assert _sha(tmp_path) == before
+
+
+def test_a_refused_sample_beyond_fp16_is_the_only_message(folder, capsys, tmp_path):
+    """The 3e38 overflows to Inf in the layers after the input; those NaN/Inf counts follow from the
+    refused value, so the refusal is all the user reads: no warning before it."""
+    x = np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32)
+    x[21, 2] = 3e38
+    np.savez(tmp_path / "big.npz", x=x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["calibrate", str(folder / "m.onnx"), "--data", str(tmp_path / "big.npz"),
+                     "--out", str(tmp_path / "q.onnx"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert [str(w.message) for w in caught] == []
+    assert err.count("\n") == 1 and err.startswith("quantdbg calibrate: error: Tensor 'x' reaches 3e+38 ")

@@ -129,8 +129,8 @@ def calibrate(model: ModelSource, data: DataSource, config: CalibConfig = _DEFAU
     collect = CollectConfig(need_hist, config.num_bins, config.max_batches, config.executor, config.shards)
     collected = collect_stats(loaded, data, tensors, collect, progress=progress,
                               session_options=session_options)
+    check_beyond_fp16(collected, loaded.proto)  # first: a refused value's Inf downstream is no news
     warn_nonfinite(collected)
-    check_beyond_fp16(collected, loaded.proto)
     ranges = _ranges(collected, chosen, groups)
     warn_one_sample_ranges(collected, ranges)
     bias = correct_biases(loaded, data, plan, max_batches=config.max_batches, progress=progress) \

@@ -1,5 +1,6 @@
 """Evaluation: how a variant's outputs compare with FP32 (output metrics) and what the user's task
 says of it (task metrics: accuracy, a callable, an external command)."""
+from quantdbg.evaluation import travel as _travel  # noqa: F401  (registers how commands travel)
 from quantdbg.evaluation.metrics import Comparison, OutputMetrics, compare_arrays, compare_outputs
 from quantdbg.evaluation.task import (
     Accuracy,

@@ -83,6 +83,16 @@ class TaskMetric:
             path = save_model(model, Path(tmp) / "model.onnx")
             return self.from_model(path)
 
+    def on_first(self, n_samples: int) -> TaskMetric:
+        """This metric scoring only the first ``n_samples`` samples of the evaluation data, in order
+        (the output-space ranking scores a leading part of it).
+
+        A metric of the outputs against the reference alone scores any samples as they come (this
+        one is returned); a metric holding data per sample (e.g. :class:`Accuracy`'s labels)
+        returns a copy holding the first ``n_samples`` of them.
+        """
+        return self
+
     def describe(self) -> str:
         """One line naming the metric and its direction."""
         return f"{self.name} ({'higher' if self.higher_is_better else 'lower'} is better)"
@@ -232,6 +242,12 @@ class Accuracy(TaskMetric):
         self.origin = origin
         self._check_labels(None)
 
+    def on_first(self, n_samples: int) -> Accuracy:
+        """The accuracy of the first ``n_samples`` samples: their labels (this one when it holds no more)."""
+        if n_samples >= len(self.labels):
+            return self
+        return Accuracy(self.labels[:n_samples], self.output, self.axis, self.origin)
+
     def from_outputs(self, outputs: Outputs, reference: Outputs) -> float:
         """Returns the accuracy in [0, 1].
 
@@ -267,7 +283,9 @@ class OutputFunction(TaskMetric):
 
     Args:
         fn: ``fn(outputs, reference) -> float``, both mappings of output name -> array with every
-            evaluation sample on axis 0.
+            evaluation sample on axis 0 (the first samples only when the output-space ranking
+            scores a leading part of the data: a function holding per-sample data, e.g. labels,
+            cuts it to ``len`` of the outputs).
         name: Label for reports.
         higher_is_better: Direction of the metric.
     """

@@ -8,9 +8,10 @@ makes at most
 * 1 evaluation of every layer out of INT8 (only when no prefix met the target);
 * ``2k * ceil(log2(L / k)) + 2k`` group-testing evaluations (QuickXplain over ``L`` candidates;
   over the passing prefix, at most ``S``, when a prefix met the target);
-* ``k - 1`` exchange evaluations when the ``k`` culprits are the only passing set: one per layer of
-  the irreducible set (every other layer out of INT8) shows it essential; ``k - 1`` of them prove
-  the set the smallest and end the exchange phase (:func:`~quantdbg.fallback.group.shrink`).
+* with the exchange phase (``SearchConfig(exchange=True)``, off by default), ``k - 1`` exchange
+  evaluations when the ``k`` culprits are the only passing set: one per layer of the irreducible
+  set (every other layer out of INT8) shows it essential; ``k - 1`` of them prove the set the
+  smallest and end the exchange phase (:func:`~quantdbg.fallback.group.shrink`).
 
 When other, smaller passing sets exist, the exchange phase looks for them with the budget left and
 stops when a round finds none, so the search never makes more than its budget of evaluations.
@@ -29,6 +30,15 @@ import math
 
 from quantdbg.errors import ConfigError
 from quantdbg.fallback.plan import Strategy
+
+EXCHANGE_DEFAULT = False
+"""Whether the ``"auto"`` search runs the exchange phase unless told. Off, from measurements on
+synthetic additive metrics (``benchmarks/exchange.py``: 52 layers with log-normal losses, a ranking
+blurred by a log-normal factor, 40 seeds per setting): where a set could shrink (targets leaving 20
+to 50 % of the loss), the phase made 24 to 31 more evaluations on top of the search's 13 to 45 and
+removed 0.1 to 0.5 layers on average (a smaller set in 10 to 38 % of the runs); capped at the
+search's own evaluations it kept about half of that gain on small sets for half the cost. Turn it
+on (``SearchConfig(exchange=True)``) when one layer fewer is worth that many evaluations."""
 
 GALLOP_SHARE = 0.25
 """Default share of the layers the ``"auto"`` strategy's gallop may keep out of INT8."""
@@ -94,5 +104,5 @@ def default_budget(n_layers: int, strategy: Strategy = "bisect", share: float = 
     return int(math.floor(2 * math.log2(n_layers) + 2)) if n_layers > 1 else 2
 
 
-__all__ = ["GALLOP_SHARE", "default_budget", "gallop_sizes", "group_testing_bound", "planned_culprits",
-           "search_bound"]
+__all__ = ["EXCHANGE_DEFAULT", "GALLOP_SHARE", "default_budget", "gallop_sizes", "group_testing_bound",
+           "planned_culprits", "search_bound"]

@@ -14,8 +14,10 @@
    smallest one. For ``k`` culprits among ``L`` candidates it needs at most
    ``2k * ceil(log2(L / k)) + 2k`` evaluations (:func:`~quantdbg.fallback.budget.group_testing_bound`),
    whatever the culprits' ranks.
-4. **Exchanges** (:func:`shrink`): an irreducible set is not always the smallest (two alternative
-   sets of culprits, layers that only help together); the budget left goes to smaller sets.
+4. **Exchanges** (:func:`shrink`, off by default:
+   :data:`~quantdbg.fallback.budget.EXCHANGE_DEFAULT`): an irreducible set is
+   not always the smallest (two alternative sets of culprits, layers that only help together); the
+   budget left goes to smaller sets.
 
 Every set is asked through the :class:`~quantdbg.fallback.ledger.Ledger`, so what monotonicity
 already decides is never evaluated.

@@ -10,9 +10,10 @@ passes). Three strategies:
   the target it evaluates every layer out of INT8 once (if even that misses, the target is
   unreachable) and then finds an irreducible set by adaptive group testing (QuickXplain) over the
   candidates, most sensitive first (:mod:`quantdbg.fallback.group`). An irreducible set need not be
-  the smallest: the exchange phase then spends the budget left on smaller ones (drop two, then three
-  layers of the set and look for fewer to replace them) until a round finds none. When ``k``
-  layers must leave INT8 and no other set passes it needs at most
+  the smallest: the exchange phase (``SearchConfig(exchange=True)``; off by default, its evaluations
+  rarely pay) then spends the budget left on smaller ones (drop two, then three layers of the set
+  and look for fewer to replace them) until a round finds none. When ``k`` layers must leave INT8
+  and no other set passes it needs at most
   ``ceil(log2(S)) + 1 + 1 + 2k * ceil(log2(L / k)) + 2k + k - 1`` evaluations, wherever the ``k`` sit
   in the ranking (:mod:`quantdbg.fallback.budget`). Its default budget is that bound for
   ``k = max(4, ceil(L / 10))``; when the budget runs out, the smallest passing set seen is the

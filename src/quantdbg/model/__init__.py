@@ -12,8 +12,10 @@
 * :mod:`~quantdbg.model.staging`: ONNX Runtime sessions and the checker without >2 GB messages;
 * :mod:`~quantdbg.model.save`: atomic saving, with a data file for large models (:class:`SaveConfig`,
   ``data_path``);
-* :mod:`~quantdbg.model.footprint`: a run's model weight bytes and peak memory (``Footprint``).
+* :mod:`~quantdbg.model.footprint`: a run's model weight bytes and peak memory (``Footprint``);
+* :mod:`~quantdbg.model.travel`: a lazy model's data files travel with it to cluster nodes.
 """
+from quantdbg.model import travel as _travel  # noqa: F401  (registers how lazy models travel)
 from quantdbg.model.load import LoadedModel, load_model
 from quantdbg.model.save import SaveConfig, save_model
 

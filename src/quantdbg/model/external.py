@@ -48,6 +48,16 @@ def base_of(tensor: onnx.TensorProto) -> str:
     return _info(tensor).get(BASE_KEY, "")
 
 
+def location_of(tensor: onnx.TensorProto) -> str:
+    """An external tensor's data file, relative to its :func:`base_of` folder."""
+    return _info(tensor).get("location", "")
+
+
+def set_base(tensor: onnx.TensorProto, base: str) -> None:
+    """Records ``base`` as the folder an external tensor's ``location`` is relative to (in place)."""
+    _set_entry(tensor, BASE_KEY, base)
+
+
 def mark_lazy(model: onnx.ModelProto, base: str | os.PathLike) -> int:
     """Records ``base`` as the folder of every external tensor of ``model`` (in place).
 

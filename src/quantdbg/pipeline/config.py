@@ -1,6 +1,7 @@
 """What the automatic flow does and how hard it tries: the repair vocabulary and :class:`AutoConfig`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
@@ -66,31 +67,67 @@ class CalibratorRepairConfig(_KeptIfBetter):
     """
 
 
+GATE_SAMPLES = 64
+"""Default samples (the first batches of the evaluation data holding them) the output-SQNR gate of
+equalization and bias correction compares the models on."""
+
+
 @dataclass(frozen=True)
-class EqualizeRepairConfig(_KeptIfBetter):
+class _Gated(_KeptIfBetter):
+    """A repair evaluated only when the outputs it gives are closer to FP32 (the cheap evidence that it
+    can help the task metric, whose reference is FP32): no task-metric evaluation otherwise."""
+
+    min_sqnr_gain: float | None = 0.0
+    gate_samples: int = GATE_SAMPLES
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        if self.min_sqnr_gain is not None and not math.isfinite(self.min_sqnr_gain):
+            raise ConfigError(f"{name}.min_sqnr_gain must be a finite number of dB or None (no gate), got "
+                              f"{self.min_sqnr_gain}.")
+        if self.gate_samples < 1:
+            raise ConfigError(f"{name}.gate_samples must be >= 1, got {self.gate_samples}.")
+
+
+@dataclass(frozen=True)
+class EqualizeRepairConfig(_Gated):
     """Cross-layer equalization (:class:`~quantdbg.pipeline.repairs.EqualizeRepair`): the channels of
     consecutive Conv/Gemm layers rescaled so their ranges balance (:func:`quantdbg.calibration.equalize`),
     then one calibration pass of the equalized model.
 
     Attributes:
         min_improvement: Kept only when the task metric improves by more than this.
+        min_sqnr_gain: The equalized model is evaluated only when the SQNR (dB) of its outputs against
+            FP32, on the first ``gate_samples`` samples of the evaluation data, beats the current
+            model's by more than this (None: always evaluated). Balancing weight ranges can widen
+            the per-tensor activation ranges between the layers, so it can lower the INT8 model's
+            accuracy; this short pass says so without spending an evaluation.
+        gate_samples: Samples the gate compares the outputs on (the fewest first batches holding them).
 
     Raises:
-        ConfigError: A negative ``min_improvement``.
+        ConfigError: A negative ``min_improvement``, a non-finite ``min_sqnr_gain`` or
+            ``gate_samples`` below 1.
     """
 
 
 @dataclass(frozen=True)
-class BiasCorrectionRepairConfig(_KeptIfBetter):
+class BiasCorrectionRepairConfig(_Gated):
     """Bias correction (:class:`~quantdbg.pipeline.repairs.BiasCorrectionRepair`): the mean shift INT8
     weight rounding adds to each output channel, measured in one pass and taken out of the biases
     (:mod:`quantdbg.calibration.bias_correction`).
 
     Attributes:
         min_improvement: Kept only when the task metric improves by more than this.
+        min_sqnr_gain: The corrected model is evaluated only when the SQNR (dB) of its outputs against
+            FP32, on the first ``gate_samples`` samples of the evaluation data, beats the current
+            model's by more than this (None: always evaluated): a shift small beside the rest of the
+            INT8 error changes nothing a task metric sees.
+        gate_samples: Samples the gate compares the outputs on (the fewest first batches holding them).
 
     Raises:
-        ConfigError: A negative ``min_improvement``.
+        ConfigError: A negative ``min_improvement``, a non-finite ``min_sqnr_gain`` or
+            ``gate_samples`` below 1.
     """
 
 
@@ -198,6 +235,6 @@ class AutoConfig(Serializable):
                        resume_path=None, engine=None)
 
 
-__all__ = ["MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig", "BiasCorrectionRepairConfig",
-           "CalibratorRepairConfig", "EqualizeRepairConfig", "Outcome", "Phase", "Repair",
-           "SmoothQuantRepairConfig"]
+__all__ = ["GATE_SAMPLES", "MET_OUTCOMES", "OUTCOMES", "PHASES", "REPAIRS", "AutoConfig",
+           "BiasCorrectionRepairConfig", "CalibratorRepairConfig", "EqualizeRepairConfig", "Outcome", "Phase",
+           "Repair", "SmoothQuantRepairConfig"]

@@ -6,6 +6,7 @@ journal, so a resumed run repeats none of them.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable
@@ -17,27 +18,24 @@ import numpy as np
 from quantdbg import _json
 from quantdbg._fingerprint import digest
 from quantdbg._journal import Journal
-from quantdbg.calibration import (
-    CalibrationResult,
-    CollectConfig,
-    calibrate,
-    collect_stats,
-    correct_biases,
-    equalize,
-)
+from quantdbg.calibration import CalibrationResult, CollectConfig, calibrate, collect_stats
+from quantdbg.calibration.bias_correction import correct_biases
+from quantdbg.calibration.equalization import equalize
 from quantdbg.calibration.smoothing.measure import collect_channel_absmax
 from quantdbg.config import CalibConfig
 from quantdbg.data import CalibrationData
-from quantdbg.evaluation import TaskMetric
+from quantdbg.evaluation import OutputMetric, TaskMetric
+from quantdbg.evaluation.task import concat_batches
 from quantdbg.model import LoadedModel
 from quantdbg.pipeline.config import AutoConfig, Phase
 from quantdbg.pipeline.records import ChannelRange, SmoothingStep
 from quantdbg.placement import QdqPlan, plan_qdq
 from quantdbg.qdq import QuantizedModel, insert_qdq
 from quantdbg.sensitivity import SensitivityReport
-from quantdbg.sensitivity.analyze import analyze_variants
+from quantdbg.sensitivity.analyze import analyze_evidence, analyze_variants
 from quantdbg.sensitivity.evaluator import default_runner_factory
 from quantdbg.sensitivity.journaled import JournaledEvaluator, model_key
+from quantdbg.sensitivity.report import EvidenceReport
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +140,29 @@ class AutoContext:
         with self.in_phase("rank"), self.evaluator(stage) as evaluator:
             self.last_report = analyze_variants(evaluator, sensitivity)
         return self.last_report
+
+    def evidence(self, stage: Stage) -> EvidenceReport:
+        """Every layer's evidence of ``stage`` alone (a stored pass; no ranking, no task-metric evaluation):
+        what the calibrator choice reads; the ranking is left to the fallback's :meth:`analysis`."""
+        sensitivity = replace(self.config.fallback.sensitivity, progress=self.config.progress)
+        with self.evaluator(stage) as evaluator:
+            return analyze_evidence(evaluator, sensitivity)
+
+    def output_sqnr(self, stage: Stage, samples: int) -> float:
+        """The SQNR (dB) of ``stage``'s Q/DQ model's outputs against its FP32 model's, pooled over every
+        output, on the fewest first batches of the evaluation data holding ``samples`` samples (two
+        short passes, no task-metric evaluation; the value is kept in the journal)."""
+        def measure() -> float:
+            with self.evaluator(stage) as evaluator:
+                batches = evaluator.batches_holding(samples)
+                reference = concat_batches(evaluator.head_reference(batches))
+            with self.runner_factory(stage.qmodel.model) as runner:
+                outputs = [runner.infer(feed) for feed in itertools.islice(self.evals, batches)]
+            return OutputMetric("sqnr").from_outputs(concat_batches(outputs), reference)
+
+        key = f"output_sqnr:{model_key(stage.qmodel.model)}:{model_key(stage.fp.proto)}:{samples}"
+        return self.journal.stored(key, measure, _json.encode,
+                                   lambda data, where: _json.decode(float, data, where))  # type: ignore[no-any-return]
 
     def channel_absmax(self, fp: LoadedModel, tensors: tuple[str, ...]) -> tuple[ChannelRange, ...]:
         """Per-channel max|x| of ``tensors`` on the calibration data (a stored pass)."""

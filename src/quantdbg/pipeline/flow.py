@@ -4,9 +4,10 @@
    the default calibrator needs no histograms), and the default INT8 model;
 2. evaluate the FP32 model and the default INT8 model on the task metric;
 3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`: the
-   calibrator per tensor, bias correction, cross-layer equalization, SmoothQuant), kept only when the
-   task metric improves; stop as soon as the target holds;
-4. rank: the sensitivity of the repaired model (reused when no repair was kept);
+   calibrator per tensor from the calibrator evidence alone, bias correction, cross-layer
+   equalization, SmoothQuant), each evaluated only where its cheap evidence says it can help and
+   kept only when the task metric improves; stop as soon as the target holds;
+4. rank: the sensitivity of the repaired model;
 5. search: :func:`quantdbg.fallback.auto_fallback` from the repaired model, verified on the real
    mixed model; model-file metrics evaluate the real mixed model at every step, in-session
    metrics use the sensitivity session;

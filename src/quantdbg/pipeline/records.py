@@ -105,13 +105,17 @@ class RepairRecord(Serializable):
 
     Attributes:
         repair: Which repair.
-        applied: A repaired model was built and evaluated (False: the repair does not apply here).
+        applied: A repaired model was built and evaluated (False: the repair does not apply here, or
+            its gate found it brings the outputs no closer to FP32).
         kept: The repaired model replaced the previous one (its task metric was better).
         before: The task metric before the repair.
         after: The repaired model's task metric (None when not applied).
         reason: One sentence: why it did not apply, or what it changed and why it was kept or not.
         calibrators: Calibrator choice: every activation tensor's choice (changed or not).
         smoothing: SmoothQuant: what was smoothed.
+        output_sqnr: Equalization, bias correction: the SQNR (dB) of the outputs against FP32 on the
+            first samples of the evaluation data, before and with the repair (the gate that decides
+            whether the repaired model is evaluated; None when no gate ran).
     """
 
     repair: Repair
@@ -122,6 +126,7 @@ class RepairRecord(Serializable):
     reason: str = ""
     calibrators: tuple[TensorChoice, ...] = ()
     smoothing: SmoothingStep | None = None
+    output_sqnr: tuple[float, float] | None = field(default=None, metadata=_json.optional())
 
     @property
     def changes(self) -> tuple[TensorChoice, ...]:

@@ -5,9 +5,10 @@ A pass looks at a :class:`~quantdbg.pipeline.context.Stage` and proposes a repai
 when the task metric improves.
 
 * :class:`CalibratorRepair`: per activation tensor, the registered calibrator whose range gives
-  the layers reading it the best local output SQNR (the sensitivity evidence,
-  :func:`quantdbg.sensitivity.suggest_calibrators`); the ranges are re-derived from the stored
-  statistics (:func:`quantdbg.calibration.ranges.recalibrate`), with no pass over the data.
+  the layers reading it the best local output SQNR (the sensitivity evidence alone,
+  :func:`quantdbg.sensitivity.analyze.analyze_evidence` and :func:`quantdbg.sensitivity.suggest_calibrators`:
+  no ranking, which the fallback computes on the model it searches); the ranges are re-derived
+  from the stored statistics (:func:`quantdbg.calibration.ranges.recalibrate`), with no pass over the data.
 * :class:`SmoothQuantRepair`: SmoothQuant (:func:`quantdbg.calibration.smoothing.apply_smoothing`) on the
   MatMul/Gemm nodes whose activation carries outlier channels (one pass measures the per-channel
   ranges, one calibrates the smoothed model).
@@ -19,7 +20,13 @@ when the task metric improves.
   ``CalibConfig.bias_correction``).
 
 Equalization and bias correction are recorded as the calibration config's flags, so the recipe's
-``calib`` re-applies them.
+``calib`` re-applies them. Both are gated: the repaired model is evaluated only when its outputs on
+the first samples of the evaluation data are closer to FP32 (a higher SQNR) than the current
+model's; a repair that brings them no closer is recorded as not applied, with the two SQNRs, and
+costs no task-metric evaluation. On the zoo, equalization lowered the MobileNet-like classifier's
+output SQNR (its ReLU6 ceilings rescaled per channel widen the per-tensor activation ranges, and with
+per-channel weight scales the first layer's weights gain nothing), and bias correction changed
+no task metric.
 """
 from __future__ import annotations
 
@@ -48,7 +55,8 @@ from quantdbg.pipeline.config import (
 )
 from quantdbg.pipeline.context import AutoContext, Stage
 from quantdbg.pipeline.records import ChannelRange, RepairRecord, SmoothingStep, TensorChoice
-from quantdbg.sensitivity import SensitivityReport, suggest_calibrators
+from quantdbg.sensitivity import suggest_calibrators
+from quantdbg.sensitivity.report import EvidenceReport
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class Proposal:
         reason: Why it does not apply, or what it changes.
         calibrators: Calibrator choice: every activation tensor's choice.
         smoothing: SmoothQuant: what was smoothed (or measured, when it does not apply).
+        output_sqnr: The gate's output SQNR (dB) before and with the repair (None: no gate ran).
     """
 
     repair: Repair
@@ -68,6 +77,7 @@ class Proposal:
     reason: str
     calibrators: tuple[TensorChoice, ...] = ()
     smoothing: SmoothingStep | None = None
+    output_sqnr: tuple[float, float] | None = None
 
     def record(self, before: float, after: float | None = None, kept: bool = False) -> RepairRecord:
         """The record of this proposal once evaluated (``after`` None: it did not apply)."""
@@ -77,7 +87,7 @@ class Proposal:
             verdict = "kept" if kept else "not kept"
             reason = f"{self.reason}; task metric {before:.6g} -> {after:.6g}: {verdict}"
         return RepairRecord(self.repair, after is not None, kept, before, after, reason, self.calibrators,
-                            self.smoothing)
+                            self.smoothing, self.output_sqnr)
 
 
 class RepairPass(Protocol):
@@ -92,18 +102,66 @@ class RepairPass(Protocol):
 
 
 class _KeepRule(Protocol):
-    min_improvement: float
+    @property
+    def min_improvement(self) -> float: ...
 
 
 SettingsT = TypeVar("SettingsT", bound=_KeepRule)
 
 
-class _Settings(Generic[SettingsT]):
-    """Holds a pass's settings and the improvement it must bring to be kept."""
+class _Pass(Generic[SettingsT]):
+    """A repair pass: its settings, the improvement it must bring to be kept, and its one ``apply``.
+
+    Args:
+        config: Its settings.
+    """
+
+    name: Repair
 
     def __init__(self, config: SettingsT) -> None:
         self.config = config
         self.min_improvement = config.min_improvement
+
+    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
+        """The repaired stage proposed for ``stage``, or why the repair does not apply.
+
+        Args:
+            stage: The model to repair.
+            context: Runs the stored passes the repair needs (evidence, calibration, measurements).
+
+        Returns:
+            The proposal; no stage when the repair does not apply (or its gate says it brings the
+            outputs no closer to FP32).
+
+        Raises:
+            ModelError: SmoothQuant: a ``smoothing.nodes``/``exclude`` glob matches no node.
+        """
+        return self._checked(self._propose(stage, context), stage, context)
+
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        raise NotImplementedError
+
+    def _checked(self, proposal: Proposal, stage: Stage, context: AutoContext) -> Proposal:
+        """The proposal to evaluate (ungated passes: as proposed)."""
+        return proposal
+
+
+class _Gate(_Pass[EqualizeRepairConfig | BiasCorrectionRepairConfig]):
+    """A pass whose repaired model is evaluated only when its outputs are closer to FP32."""
+
+    def _checked(self, proposal: Proposal, stage: Stage, context: AutoContext) -> Proposal:
+        """``proposal`` when its outputs' SQNR against FP32 on the first samples beats ``stage``'s by more
+        than ``min_sqnr_gain``; else the same without its stage (not evaluated), saying why."""
+        gain, samples = self.config.min_sqnr_gain, self.config.gate_samples
+        if gain is None or proposal.stage is None:
+            return proposal
+        before, after = context.output_sqnr(stage, samples), context.output_sqnr(proposal.stage, samples)
+        measured = f"output SQNR against FP32 on the first {samples} samples {before:.3g} -> {after:.3g} dB"
+        if after - before > gain:
+            return replace(proposal, reason=f"{proposal.reason}; {measured}", output_sqnr=(before, after))
+        need = "a gain" if gain == 0 else f"a gain above {gain:g} dB"
+        return replace(proposal, stage=None, output_sqnr=(before, after),
+                       reason=f"{proposal.reason}; not evaluated: {measured}, {need} is needed")
 
 
 def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) -> CalibConfig:
@@ -121,26 +179,16 @@ def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) 
     return replace(config, per_tensor={**exact, **kept})
 
 
-class CalibratorRepair(_Settings[CalibratorRepairConfig]):
-    """Per-tensor calibrator choice from the sensitivity evidence.
-
-    Args:
-        config: Its settings.
-    """
+class CalibratorRepair(_Pass[CalibratorRepairConfig]):
+    """Per-tensor calibrator choice from the sensitivity evidence."""
 
     name: Repair = "calibrator"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage`` with each tensor's best calibrator (the ranges from its statistics).
-
-        Args:
-            stage: The model to repair (its calibration holds histograms for every tensor).
-            context: Runs the sensitivity analysis behind the evidence (a stored pass).
-
-        Returns:
-            The proposal; no stage when every tensor already has its best calibrator.
-        """
-        report = context.analysis(stage)
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage`` with each tensor's best calibrator, the ranges re-derived from its statistics (it holds
+        histograms for every tensor); the evidence is a stored pass (the calibrator comparison alone, no
+        ranking). No stage when every tensor already has its best calibrator."""
+        report = context.evidence(stage)
         suggested = suggest_calibrators(report, only_changes=False)
         # suggest_calibrators names each tensor by its exact-match glob
         best = {t: suggested[glob.escape(t)] for t in stage.plan.activation_tensors
@@ -160,7 +208,7 @@ class CalibratorRepair(_Settings[CalibratorRepairConfig]):
                         f"calibrator ({shown}{more})", choices)
 
 
-def _worst_sqnr(report: SensitivityReport) -> Callable[[str, str], float | None]:
+def _worst_sqnr(report: EvidenceReport) -> Callable[[str, str], float | None]:
     """(tensor, calibrator) -> the worst local output SQNR of the layers reading the tensor with it."""
     found: dict[tuple[str, str], float] = {}
     for layer in report.layers:
@@ -174,7 +222,7 @@ def _worst_sqnr(report: SensitivityReport) -> Callable[[str, str], float | None]
     return lambda tensor, name: found.get((tensor, name))
 
 
-def _choices(report: SensitivityReport, before: Stage, after: Stage,
+def _choices(report: EvidenceReport, before: Stage, after: Stage,
              best: Mapping[str, str]) -> tuple[TensorChoice, ...]:
     sqnr = _worst_sqnr(report)
     found = []
@@ -185,28 +233,15 @@ def _choices(report: SensitivityReport, before: Stage, after: Stage,
     return tuple(found)
 
 
-class SmoothQuantRepair(_Settings[SmoothQuantRepairConfig]):
-    """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels.
-
-    Args:
-        config: Its settings.
-    """
+class SmoothQuantRepair(_Pass[SmoothQuantRepairConfig]):
+    """SmoothQuant on the MatMul/Gemm nodes whose activation carries outlier channels."""
 
     name: Repair = "smoothquant"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated.
-
-        Args:
-            stage: The model to repair.
-            context: Measures the per-channel ranges and calibrates the smoothed model (stored passes).
-
-        Returns:
-            The proposal; no stage when no MatMul/Gemm reads an activation with outlier channels.
-
-        Raises:
-            ModelError: A ``smoothing.nodes``/``exclude`` glob matches no node.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage``'s FP32 model smoothed where activations carry outlier channels, recalibrated (the
+        per-channel ranges and the calibration are stored passes). No stage when no MatMul/Gemm reads an
+        activation with outlier channels."""
         base = self.config.smoothing
         tensors = smoothing_targets(stage.fp, base)
         if not tensors:
@@ -253,25 +288,14 @@ def _carry_choices(stage: Stage, migrations: Sequence[Migration]) -> CalibConfig
     return with_per_tensor(config, moved) if moved else config
 
 
-class EqualizeRepair(_Settings[EqualizeRepairConfig]):
-    """Cross-layer equalization of consecutive Conv/Gemm layers, then a calibration of the equalized model.
-
-    Args:
-        config: Its settings.
-    """
+class EqualizeRepair(_Gate):
+    """Cross-layer equalization of consecutive Conv/Gemm layers, then a calibration of the equalized model."""
 
     name: Repair = "equalize"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage``'s FP32 model equalized and calibrated again (a stored pass).
-
-        Args:
-            stage: The model to repair.
-            context: Calibrates the equalized model.
-
-        Returns:
-            The proposal; no stage when no pair of layers needs rescaling.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage``'s FP32 model equalized and calibrated again (a stored pass). No stage when no pair of
+        layers needs rescaling."""
         if stage.calib_config.equalize:
             return Proposal(self.name, None, "the model is equalized already")
         found = equalize(stage.fp)
@@ -286,25 +310,14 @@ class EqualizeRepair(_Settings[EqualizeRepairConfig]):
                         f"{worst.imbalance_before:.3g} -> {worst.imbalance_after:.3g})")
 
 
-class BiasCorrectionRepair(_Settings[BiasCorrectionRepairConfig]):
-    """The mean shift INT8 weight rounding adds to each output channel, taken out of the biases.
-
-    Args:
-        config: Its settings.
-    """
+class BiasCorrectionRepair(_Gate):
+    """The mean shift INT8 weight rounding adds to each output channel, taken out of the biases."""
 
     name: Repair = "bias_correction"
 
-    def apply(self, stage: Stage, context: AutoContext) -> Proposal:
-        """Proposes ``stage`` with its biases corrected (one stored pass measures the corrections).
-
-        Args:
-            stage: The model to repair.
-            context: Measures the corrections.
-
-        Returns:
-            The proposal; no stage when no quantized layer's bias can be corrected.
-        """
+    def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage`` with its biases corrected (one stored pass measures the corrections). No stage when no
+        quantized layer's bias can be corrected."""
         if stage.calibration.bias_correction is not None:
             return Proposal(self.name, None, "the biases are corrected already")
         repaired = context.bias_corrected(stage)

@@ -7,7 +7,8 @@ ranks the layers into a :class:`~quantdbg.sensitivity.report.SensitivityReport`.
 ``results_path`` the analysis keeps a journal (:mod:`quantdbg._journal`): each variant of a sweep
 as it is evaluated, then the report, so an interrupted run resumes where it stopped and a finished
 one returns its report. :func:`analyze_variants` runs the analysis of an evaluator through the
-journal of the run it serves (``fallback``, ``auto``).
+journal of the run it serves (``fallback``, ``auto``); :func:`analyze_evidence` only the evidence
+(what the calibrator choice reads).
 """
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ from quantdbg.sensitivity.config import OUTPUT_SPACE_MODES, SensitivityConfig
 from quantdbg.sensitivity.evaluator import VariantEvaluator, default_runner_factory
 from quantdbg.sensitivity.evidence import collect_evidence
 from quantdbg.sensitivity.journaled import JournaledEvaluator, analysis_metric, model_key
+from quantdbg.sensitivity.measurement import quantized_inputs
 from quantdbg.sensitivity.modes import measure
 from quantdbg.sensitivity.output_space import measure_output_space
-from quantdbg.sensitivity.report import SensitivityReport
+from quantdbg.sensitivity.report import EvidenceReport, LayerEvidenceEntry, SensitivityReport
 
 _DEFAULT = SensitivityConfig()
 
@@ -130,6 +132,27 @@ def analyze_variants(evaluator: VariantEvaluator, config: SensitivityConfig) -> 
     return journal.stored(key, analyze, SensitivityReport.to_dict, SensitivityReport.from_dict)
 
 
+def analyze_evidence(evaluator: VariantEvaluator, config: SensitivityConfig = _DEFAULT) -> EvidenceReport:
+    """Only each calibrator's local SQNR per layer and the activations' outlier ratios
+    (:func:`~quantdbg.sensitivity.evidence.collect_evidence` with ``calibrators_only``): no weight
+    evidence, no mode measurement, no output-space ranking, no task-metric evaluation.
+
+    What :func:`~quantdbg.sensitivity.suggest_calibrators` reads, at the cost of one short pass of the
+    calibrator comparison over ``config.evidence_batches`` batches. Through a
+    :class:`~quantdbg.sensitivity.journaled.JournaledEvaluator`, it is kept in the evaluator's journal
+    under its own key (the Q/DQ model and ``evidence_batches``).
+    """
+    def collect() -> EvidenceReport:
+        found = collect_evidence(evaluator, config, calibrators_only=True)
+        return EvidenceReport(tuple(LayerEvidenceEntry(layer, quantized_inputs(evaluator.qmodel, layer),
+                                                       found[layer]) for layer in evaluator.layers))
+
+    if not isinstance(evaluator, JournaledEvaluator):
+        return collect()
+    key = f"evidence:{model_key(evaluator.qmodel.model)}:{digest(str(config.evidence_batches))}"
+    return evaluator.journal.stored(key, collect, EvidenceReport.to_dict, EvidenceReport.from_dict)
+
+
 def _wants_output_space(config: SensitivityConfig) -> bool:
     return config.output_samples > 0 and config.mode in OUTPUT_SPACE_MODES
 
@@ -153,4 +176,4 @@ def _finished(evaluator: VariantEvaluator, config: SensitivityConfig, journal: J
     return report
 
 
-__all__ = ["analyze_sensitivity", "analyze_variants", "finished_report"]
+__all__ = ["analyze_evidence", "analyze_sensitivity", "analyze_variants", "finished_report"]

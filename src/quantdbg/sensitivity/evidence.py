@@ -131,7 +131,8 @@ def calibrator_variants(qmodel: QuantizedModel, layers: Sequence[str],
 
 
 def layer_evidence(fp_model: onnx.ModelProto, qmodel: QuantizedModel, layer: str,
-                   stats: Mapping[str, TensorStats], local_sqnr: Mapping[str, float]) -> LayerEvidence:
+                   stats: Mapping[str, TensorStats], local_sqnr: Mapping[str, float],
+                   weights: bool = True) -> LayerEvidence:
     """Assembles a layer's evidence.
 
     Args:
@@ -140,6 +141,7 @@ def layer_evidence(fp_model: onnx.ModelProto, qmodel: QuantizedModel, layer: str
         layer: The node name.
         stats: Activation statistics with histograms (may lack some tensors).
         local_sqnr: Variant label (``"recorded"`` or a calibrator) -> this layer's local SQNR.
+        weights: Add the weight evidence (False: its fields stay None).
 
     Returns:
         The evidence; fields without data are None.
@@ -149,6 +151,8 @@ def layer_evidence(fp_model: onnx.ModelProto, qmodel: QuantizedModel, layer: str
     worst_error = -1.0
     for record in qmodel.records_of(layer):
         if record.kind is TensorKind.WEIGHT:
+            if not weights:
+                continue
             values = fp32_weight(fp_model, record)
             if values is not None and values.size:
                 found = weight_evidence(record, values, nodes.get(layer))
@@ -185,15 +189,20 @@ def _activation_stats(evaluator: VariantEvaluator, config: SensitivityConfig) ->
     return {t: stats[t] for t in tensors if t in stats}
 
 
-def collect_evidence(evaluator: VariantEvaluator, config: SensitivityConfig) -> dict[str, LayerEvidence]:
+def collect_evidence(evaluator: VariantEvaluator, config: SensitivityConfig,
+                     calibrators_only: bool = False) -> dict[str, LayerEvidence]:
     """Every layer's evidence: its weights, its activations' outliers, and each calibrator's local SQNR.
 
     The calibrator comparison is one pass of a local graph over ``config.evidence_batches``
-    batches, with a clone per layer and candidate range.
+    batches, with a clone per layer and distinct candidate range (calibrators that choose the same
+    range for a layer's inputs share one clone and so one SQNR).
 
     Args:
         evaluator: The models and data (its pass count is increased).
         config: The analysis settings (``evidence_batches``, ``progress``).
+        calibrators_only: Only what :func:`~quantdbg.sensitivity.suggest_calibrators` reads: each
+            calibrator's local SQNR and the activations' outlier ratios (no weight evidence, no
+            clone with the recorded ranges: ``recorded_sqnr`` stays None).
 
     Returns:
         Layer -> evidence, for every quantized layer.
@@ -204,13 +213,32 @@ def collect_evidence(evaluator: VariantEvaluator, config: SensitivityConfig) -> 
         logger.warning("activation evidence skipped: %s", err)
         stats = {}
     variants = calibrator_variants(evaluator.qmodel, evaluator.layers, stats)
+    if calibrators_only:
+        variants = [v for v in variants if v.activation_amax]
+    distinct, clone_of = _distinct(variants)
     run = DataPass("sensitivity (evidence)", config.progress, config.evidence_batches)
-    found = run_local_graph(evaluator, variants, run)
+    found = run_local_graph(evaluator, distinct, run)
     local: dict[str, dict[str, float]] = {layer: {} for layer in evaluator.layers}
-    for index, m in found.items():
-        local[variants[index].layer][variants[index].label] = m.sqnr_db
-    return {layer: layer_evidence(evaluator.fp_model, evaluator.qmodel, layer, stats, local[layer])
-            for layer in evaluator.layers}
+    for index, variant in enumerate(variants):
+        if clone_of[index] in found:
+            local[variant.layer][variant.label] = found[clone_of[index]].sqnr_db
+    return {layer: layer_evidence(evaluator.fp_model, evaluator.qmodel, layer, stats, local[layer],
+                                  weights=not calibrators_only) for layer in evaluator.layers}
+
+
+def _distinct(variants: Sequence[LocalVariant]) -> tuple[list[LocalVariant], list[int]]:
+    """The variants whose clones differ (a layer and its ranges), and each variant's index among them:
+    on clipped activations (ReLU6) most calibrators choose the same range."""
+    seen: dict[tuple[str, tuple[tuple[int, float], ...]], int] = {}
+    distinct: list[LocalVariant] = []
+    clone_of = []
+    for variant in variants:
+        key = (variant.layer, tuple(sorted(variant.activation_amax.items())))
+        if key not in seen:
+            seen[key] = len(distinct)
+            distinct.append(variant)
+        clone_of.append(seen[key])
+    return distinct, clone_of
 
 
 __all__ = ["LayerEvidence", "calibrator_variants", "collect_evidence", "layer_evidence", "outlier_ratio",

@@ -92,6 +92,11 @@ class _Journaled(TaskMetric):
         """The inner metric's description."""
         return self.inner.describe()
 
+    def on_first(self, n_samples: int) -> TaskMetric:
+        """The inner metric on the first ``n_samples`` samples, through the same journal."""
+        inner = self.inner.on_first(n_samples)
+        return self if inner is self.inner else type(self)(inner, self.journal)
+
     def ingredients(self) -> dict[str, str]:
         """The inner metric's ingredients."""
         return self.inner.ingredients()

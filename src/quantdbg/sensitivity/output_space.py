@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from quantdbg._json import Serializable
 from quantdbg._progress import track
 from quantdbg.errors import ConfigError
-from quantdbg.evaluation import Accuracy, OutputMetric, TaskMetric
+from quantdbg.evaluation import OutputMetric, TaskMetric
 from quantdbg.execution import Executor
 from quantdbg.sensitivity.evaluator import VariantEvaluator, VariantResult
 
@@ -55,11 +55,7 @@ class OutputSpace(Serializable):
 
 def _batch_metric(metric: TaskMetric, n_samples: int) -> TaskMetric:
     """The task metric on the first ``n_samples`` samples (the outputs' SQNR for model-file metrics)."""
-    if metric.needs_model:
-        return OutputMetric("sqnr")
-    if isinstance(metric, Accuracy) and n_samples < len(metric.labels):
-        return Accuracy(metric.labels[:n_samples], metric.output, metric.axis, metric.origin)
-    return metric
+    return OutputMetric("sqnr") if metric.needs_model else metric.on_first(n_samples)
 
 
 def _loss(value: float, higher_is_better: bool) -> float:

@@ -86,6 +86,33 @@ class LayerSensitivity(Serializable):
 
 
 @dataclass(frozen=True)
+class LayerEvidenceEntry(Serializable):
+    """One quantized layer's inputs and evidence, without a ranking.
+
+    Attributes:
+        node: ONNX node name.
+        inputs: Its quantized inputs (tensors, scales, calibrators).
+        evidence: Weight/activation evidence.
+    """
+
+    node: str
+    inputs: tuple[QuantizedInput, ...]
+    evidence: LayerEvidence
+
+
+@dataclass(frozen=True)
+class EvidenceReport(Serializable):
+    """Every quantized layer's evidence, without a ranking (:func:`~quantdbg.sensitivity.analyze_evidence`):
+    what the per-tensor calibrator choice (:func:`~quantdbg.sensitivity.suggest_calibrators`) reads.
+
+    Attributes:
+        layers: Every quantized layer, in graph order.
+    """
+
+    layers: tuple[LayerEvidenceEntry, ...]
+
+
+@dataclass(frozen=True)
 class TensorError(Serializable):
     """Cumulative mode: one intermediate tensor of the quantized model against FP32.
 
@@ -204,4 +231,5 @@ class SensitivityReport(_display.Displayable, Serializable):
         raise unknown("quantized layer", node, self.ranking)
 
 
-__all__ = ["SCORE_MEANING", "LayerSensitivity", "QuantizedInput", "SensitivityReport", "TensorError"]
+__all__ = ["SCORE_MEANING", "EvidenceReport", "LayerEvidenceEntry", "LayerSensitivity", "QuantizedInput",
+           "SensitivityReport", "TensorError"]

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from quantdbg.config import TensorKind
 from quantdbg.quant_math import nsr
-from quantdbg.sensitivity.report import SensitivityReport
+from quantdbg.sensitivity.report import EvidenceReport, SensitivityReport
 
 
-def suggest_calibrators(report: SensitivityReport, only_changes: bool = True) -> dict[str, str]:
+def suggest_calibrators(report: SensitivityReport | EvidenceReport,
+                        only_changes: bool = True) -> dict[str, str]:
     """Per-tensor calibrator choice from a report's evidence (for ``CalibConfig.per_tensor``).
 
     For every activation tensor, the calibrator that minimises the summed local noise power
@@ -14,7 +15,8 @@ def suggest_calibrators(report: SensitivityReport, only_changes: bool = True) ->
     query, key and value projections), and one range serves them all.
 
     Args:
-        report: A report computed with ``evidence=True``.
+        report: A report computed with ``evidence=True``, or the evidence alone
+            (:func:`~quantdbg.sensitivity.analyze_evidence`).
         only_changes: Leave out tensors whose best calibrator is the one already used.
 
     Returns:
