@@ -9,13 +9,17 @@ configuration runs in its own child process, one at a time, under an address-spa
   (external data, as the input);
 - ``quantdbg-analyze-local``: the same calibration (minmax) then ``analyze_sensitivity`` in
   ``local`` mode on the evaluation samples (evidence included), as ``quantdbg analyze`` does;
+- ``quantdbg-fallback``: ``quantdbg fallback --method minmax --min-sqnr 25 --precision fp32`` (the
+  same calibration, the local ranking, the search and the mixed model's check and save);
 - ``ort-minmax``: ``onnxruntime.quantization.quantize_static`` (QDQ, per-channel symmetric INT8,
   MatMul) with ``use_external_data_format=True``, in the peers venv;
 - ``modelopt-max``: ``modelopt.onnx.quantization.quantize(quantize_mode="int8")`` on a copy of the
   model (it writes beside its input), in the peers venv.
 
 Cells: peak RSS of the child / weight bytes, and wall time / the floor's wall time. ONNX Runtime
-uses one intra-op thread everywhere.
+uses one intra-op thread everywhere. The analysis and fallback children also record a digest of
+what they return (the report; the plan and the mixed model's files, wall times, peak memory and
+scratch paths left out), so a ``before:`` run shows whether a change kept the results.
 
   python benchmarks/large.py --sizes 0.3 1.2 [--configs floor quantdbg-minmax] [--md benchmarks/RESULTS.md]
   python benchmarks/large.py --from-json small.json large.json --md benchmarks/RESULTS.md  # one table
@@ -25,6 +29,7 @@ The section keeps its hand-written ``###`` subsections when ``--md`` rewrites it
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -40,11 +45,11 @@ import _bench  # noqa: E402
 
 WIDTH = 4096
 N_CALIB, N_EVAL, BATCH = 64, 32, 16
-QDBG = ("floor", "quantdbg-minmax", "quantdbg-entropy", "quantdbg-analyze-local")
+QDBG = ("floor", "quantdbg-minmax", "quantdbg-entropy", "quantdbg-analyze-local", "quantdbg-fallback")
 PEERS = ("ort-minmax", "modelopt-max")
-BEFORE = ("before:quantdbg-minmax",)
-"""quantdbg's calibration from another source tree (``--before SRC``), e.g. the commit before
-external weights stayed lazy: ``git archive COMMIT src | tar -x -C /tmp/before``."""
+BEFORE = ("before:quantdbg-minmax", "before:quantdbg-analyze-local", "before:quantdbg-fallback")
+"""quantdbg's configurations from another source tree (``--before SRC``), e.g. the commit before
+a change: ``git archive COMMIT src | tar -x -C /tmp/before``."""
 CONFIGS = (*QDBG, *PEERS, *BEFORE)
 TITLE = "Large models"
 
@@ -68,16 +73,62 @@ def _floor(model: str, folder: Path) -> None:
         session.run(None, feed)
 
 
-def _quantdbg(config: str, model: str, folder: Path, out: Path) -> None:
+def _quantdbg(config: str, model: str, folder: Path, out: Path) -> dict:
+    """Runs a quantdbg configuration; returns the digests of what it produced (analysis, fallback)."""
     from quantdbg import SensitivityConfig, analyze_sensitivity, quantize
     from quantdbg.config import CalibConfig
 
+    if config == "quantdbg-fallback":
+        return _fallback(model, folder, out)
     method = "entropy" if config.endswith("entropy") else "minmax"
     qmodel = quantize(model, folder / "calib.npz", CalibConfig(method=method))
     if config == "quantdbg-analyze-local":
-        analyze_sensitivity(model, qmodel, folder / "eval.npz", SensitivityConfig(mode="local"))
-    else:
-        qmodel.save(out)
+        report = analyze_sensitivity(model, qmodel, folder / "eval.npz", SensitivityConfig(mode="local"))
+        return {"report": _digest(_canonical(report.to_dict(), []))}
+    qmodel.save(out)
+    return {}
+
+
+def _fallback(model: str, folder: Path, out: Path) -> dict:
+    from quantdbg.cli import main as cli
+
+    plan = out.parent / "plan.json"
+    status = cli(["fallback", model, "--data", str(folder / "calib.npz"), "--eval", str(folder / "eval.npz"),
+                  "--method", "minmax", "--min-sqnr", "25", "--precision", "fp32", "--out", str(out),
+                  "--plan", str(plan)])
+    if status != 0:
+        raise RuntimeError(f"quantdbg fallback exited with status {status}")
+    found = _canonical(json.loads(plan.read_text()), [str(out.parent), str(folder)])
+    files = sorted(out.parent.glob(f"{out.name}*"))
+    return {"plan": _digest(found), **{p.name: _file_digest(p) for p in files}}
+
+
+_UNSTABLE = ("seconds", "footprint")
+"""Result fields that vary from run to run: wall times and the measured peak memory."""
+
+
+def _canonical(value: object, scratch: list[str]) -> object:
+    """JSON data without the fields of :data:`_UNSTABLE`, with the scratch folders' paths made neutral."""
+    if isinstance(value, dict):
+        return {k: _canonical(v, scratch) for k, v in value.items() if k not in _UNSTABLE}
+    if isinstance(value, list):
+        return [_canonical(v, scratch) for v in value]
+    if isinstance(value, str):
+        for i, path in enumerate(scratch):
+            value = value.replace(path, f"<scratch{i}>")
+    return value
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _file_digest(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as data:
+        for chunk in iter(lambda: data.read(2**24), b""):
+            hasher.update(chunk)
+    return hasher.hexdigest()[:16]
 
 
 def _ort(model: str, folder: Path, out: Path) -> None:
@@ -118,16 +169,16 @@ def child(config: str, folder: str, result: str) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="qdbg_large_"))
     try:
         out, model = tmp / "quantized.onnx", str(src / "model.onnx")
-        t0 = time.perf_counter()
+        t0, outputs = time.perf_counter(), {}
         if config == "floor":
             _floor(model, src)
         elif config.startswith(("quantdbg", "before:")):
-            _quantdbg(config.removeprefix("before:"), model, src, out)
+            outputs = _quantdbg(config.removeprefix("before:"), model, src, out)
         elif config == "ort-minmax":
             _ort(model, src, out)
         else:
             _modelopt(model, src, out)
-        rec = {"work_s": time.perf_counter() - t0, "ok": True,
+        rec = {"work_s": time.perf_counter() - t0, "ok": True, "outputs": outputs,
                "out_bytes": sum(p.stat().st_size for p in tmp.glob("quantized.onnx*"))}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -260,7 +311,7 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
              "",
              "Cell = peak RSS / weight bytes and wall time / the FP32 floor's (peak RSS, wall time). "
              "quantdbg's analyze row includes its calibration (minmax), as `quantdbg analyze` does"
-             + (f"; `before:` rows run the source tree of {args.before_label}."
+             + (f"; `before:` rows run {_before_trees(results, args)}."
                 if any(c in BEFORE for c in configs) else "."), "",
              "| configuration | " + " | ".join(f"{gb} GB ({weights[gb] / 2**30:.2f} GiB)" for gb in sizes)
              + " |",
@@ -272,6 +323,25 @@ def markdown(results: dict, args: argparse.Namespace) -> str:
                  for gb, run in zip(sizes, runs, strict=True)]
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", *_failures(index, results["sources"]), *_reading(index, sizes)]) + "\n"
+
+
+def _before_trees(results: dict, args: argparse.Namespace) -> str:
+    """What the ``before:`` rows ran: the one tree, or, when runs measured different ones, each
+    run's own (named by its ``--before-label`` on its command line above)."""
+    labels = {_argv_value(src.get("argv") or [], "--before-label") for src in results["sources"]}
+    labels.discard(None)
+    if len(labels) > 1:
+        return "the source tree their run's `--before-label` names (its command line above)"
+    return f"the source tree of {labels.pop() if labels else args.before_label}"
+
+
+def _argv_value(argv: list[str], option: str) -> str | None:
+    """The words after ``option`` up to the next option (a label may be several words)."""
+    if option not in argv:
+        return None
+    rest = argv[argv.index(option) + 1:]
+    end = next((i for i, word in enumerate(rest) if word.startswith("--")), len(rest))
+    return " ".join(rest[:end])
 
 
 def _failures(index: dict, sources: list[dict]) -> list[str]:
@@ -317,10 +387,29 @@ def _reading(index: dict, sizes: list[float]) -> list[str]:
                      f"{_ratio(after):.2f}x the weights, wall {before['wall_s']:.0f} s -> "
                      f"{after['wall_s']:.0f} s: the weights stay in their data file, ONNX Runtime reads "
                      "them from there, the output streams them to `OUT.onnx.data`.")
+    lines += _kept(index, sizes)
     lines.append("- Largest model that fits 24 GiB, per tool (measured: the largest size that ran under the "
                  "cap; extrapolated: 24 GiB / its peak RSS per weight byte):")
-    for config in (*QDBG[1:], *PEERS):
+    for config in (*QDBG[1:], *PEERS, *BEFORE):
         lines += _largest(index, sizes, config)
+    return lines
+
+
+def _kept(index: dict, sizes: list[float]) -> list[str]:
+    """Whether each configuration returned what its ``before:`` run returned (the recorded digests)."""
+    lines = []
+    for config in ("quantdbg-analyze-local", "quantdbg-fallback"):
+        for gb in sizes:
+            after, before = index.get((gb, config)), index.get((gb, f"before:{config}"))
+            if not (_ratio(after) and _ratio(before)):
+                continue
+            got, want = after["result"].get("outputs"), before["result"].get("outputs")
+            if not (got and want):
+                continue
+            same = "identical" if got == want else "DIFFERENT"
+            lines.append(f"- {config} at {gb} GB: peak RSS {_ratio(before):.2f}x -> {_ratio(after):.2f}x the "
+                         f"weights, wall {before['wall_s']:.0f} s -> {after['wall_s']:.0f} s; what it "
+                         f"returns ({', '.join(sorted(got))}) is {same} to the `before:` run's.")
     return lines
 
 

@@ -11,8 +11,8 @@ import pytest
 from quantdbg import quantize
 from quantdbg.backends import OnnxrtRunnerFactory, OrtConfig
 from quantdbg.model import load_model
-from quantdbg.model.external import inline_bytes
-from quantdbg.model.staging import StagedModel
+from quantdbg.model.external import all_tensors, inline_bytes
+from quantdbg.model.staging import StagedModel, staged
 from quantdbg.sensitivity import VariantEvaluator
 from quantdbg.sensitivity.graphs import LocalVariant, local_graph
 from quantdbg.sensitivity.reductions import DataPass, run_local_graph
@@ -70,6 +70,26 @@ def test_local_errors_of_a_lazy_model_equal_the_numpy_folded_ones(forms, level):
     variants += [LocalVariant(lazy.layers[1], "wide", {0: 50.0})]  # a second clone shares the weight pair
     run = DataPass("local")
     assert run_local_graph(lazy, variants, run) == run_local_graph(folded, variants, run)
+
+
+def _session_constants(model: onnx.ModelProto, tmp_path) -> list[tuple[int, tuple[int, ...]]]:
+    """(element type, shape) of every constant ONNX Runtime keeps of ``model`` after optimizing it
+    (as quantdbg's runner sets it up), subgraphs included."""
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    options.log_severity_level = 3
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    with staged(model) as stage:
+        ort.InferenceSession(stage.source, stage.configure(options), providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
+    return [(t.data_type, tuple(t.dims)) for t in all_tensors(optimized)]
+
+
+def test_a_lazy_switch_graph_session_holds_each_weight_once_in_fp32_and_once_in_int8(forms, tmp_path):
+    path, q_ext, *_ = forms
+    kept = _session_constants(switch_graph(q_ext, load_model(path)).model, tmp_path)
+    weights = [dtype for dtype, shape in kept if shape == (WIDTH, WIDTH)]
+    assert sorted(weights) == sorted([onnx.TensorProto.FLOAT, onnx.TensorProto.INT8] * len(q_ext.layers))
 
 
 def test_sessions_of_large_models_run_without_arena_in_priority_order():

@@ -1,11 +1,17 @@
 """The lint's read-only graph view: producers, consumers, Q/DQ pairs, constant parameters, channels."""
 from __future__ import annotations
 
+import weakref
+
+import models_large
 import models_lint
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
+from quantdbg import lint, quantize
+from quantdbg.diagnostics import qdq_graph
 from quantdbg.diagnostics.qdq_graph import (
     QdqGraph,
     channel_counts,
@@ -13,6 +19,8 @@ from quantdbg.diagnostics.qdq_graph import (
     pair_name,
     preview,
 )
+from quantdbg.model import load_model
+from quantdbg.model.external import is_external
 
 
 def test_pairs_qparams_and_weights_of_a_quantized_conv():
@@ -62,3 +70,37 @@ def test_names_and_previews_for_messages():
     assert pair_name(dq, q) == "'q' -> 'dq'" and pair_name(dq, None) == "'dq'"
     assert preview(np.array([0.01, 0.02, 0.03, 0.04, 0.05])) == "[0.01, 0.02, 0.03, 0.04, ...]"
     assert preview(np.array(5)) == "5" and preview(np.array([1.5, 2])) == "[1.5, 2]"
+
+
+@pytest.fixture
+def external_int8(tmp_path):
+    """A Q/DQ model whose four 64 x 64 weights are in its data file."""
+    width = 64
+    fp32 = models_large.matmul_stack(tmp_path, 4 * width * width * 4, width)
+    np.savez(tmp_path / "calib.npz", x=models_large.inputs(width, 16))
+    path = tmp_path / "int8.onnx"
+    quantize(fp32, tmp_path / "calib.npz").save(path)
+    return path
+
+
+def test_the_lint_reads_weights_kept_in_their_data_file_one_at_a_time(external_int8, monkeypatch):
+    reads: list[tuple[str, weakref.ref]] = []
+    read = qdq_graph.tensor_array
+
+    def counting(tensor):
+        values = read(tensor)
+        if is_external(tensor):
+            alive = [name for name, ref in reads if ref() is not None]
+            assert not alive, f"weights {alive} still held while {tensor.name!r} is read"
+            reads.append((tensor.name, weakref.ref(values)))
+        return values
+
+    monkeypatch.setattr(qdq_graph, "tensor_array", counting)
+    graph = QdqGraph(load_model(external_int8, allow_quantized=True))
+    assert {weight.shape for _, _, weight in graph.weight_inputs()} == {(64, 64)}
+    assert not reads  # the view and its weights' shapes read no weight
+    report = lint(external_int8)
+    weights = {f"w{i}" for i in range(4)}
+    assert {name for name, _ in reads} == weights  # each weight measured, one at a time
+    assert len(reads) <= 2 * len(weights)  # by the clipped-weight and per-tensor-weight rules
+    assert report.findings == lint(onnx.load(str(external_int8))).findings  # every weight in memory

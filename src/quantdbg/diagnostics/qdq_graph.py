@@ -2,11 +2,13 @@
 
 Works on any Q/DQ model (quantdbg's, ONNX Runtime's, ModelOpt's): it reads the graph syntactically
 and never modifies it. A weight is whatever constants alone compute: an initializer, a Constant
-node's output, or a chain of nodes over them (Transpose, Cast, ... evaluated on a copy).
+node's output, or a chain of nodes over them (Transpose, Cast, ... evaluated on a copy). An
+initializer's values are read only when a check asks for them (:class:`LazyConstant`), so the view
+holds no weight and a check over every weight holds one at a time.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +57,52 @@ class QdqNodeParams:
     int_dtype: np.dtype | None
 
 
+class LazyConstant:
+    """A constant's shape and element type, with its values read on demand.
+
+    An initializer's values are read at each :meth:`values` call (from its data file for a weight
+    kept there) and not kept; values already in memory (a Constant node's, a computed chain's)
+    are returned as they are.
+
+    Args:
+        shape: The dimensions.
+        dtype: The NumPy element type.
+        read: Returns the values.
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, read: Callable[[], np.ndarray]) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self._read = read
+
+    @classmethod
+    def of_tensor(cls, tensor: onnx.TensorProto) -> LazyConstant:
+        """An initializer, read (by :func:`~quantdbg.model.tensor_array`) only when asked for."""
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        return cls(tuple(int(d) for d in tensor.dims), dtype, lambda: tensor_array(tensor))
+
+    @classmethod
+    def of_array(cls, values: np.ndarray) -> LazyConstant:
+        """Values already in memory."""
+        return cls(values.shape, values.dtype, lambda: values)
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self.shape)
+
+    def values(self) -> np.ndarray:
+        """The values (read now for an initializer)."""
+        return self._read()
+
+
 class QdqGraph:
-    """Producer/consumer maps and constants of one ONNX graph (read-only)."""
+    """Producer/consumer maps and constants of one ONNX graph (read-only).
+
+    Attributes:
+        constants: Every constant by name (initializers, Constant node outputs, what chains of
+            nodes over them feed a QuantizeLinear), its values read on demand.
+    """
 
     def __init__(self, model: onnx.ModelProto) -> None:
         graph = model.graph
@@ -64,8 +110,8 @@ class QdqGraph:
         self.outputs = {vi.name for vi in graph.output}
         self.producer: dict[str, onnx.NodeProto] = {}
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        self.constants: dict[str, np.ndarray] = {init.name: tensor_array(init)
-                                                  for init in graph.initializer}
+        self.constants: dict[str, LazyConstant] = {init.name: LazyConstant.of_tensor(init)
+                                                   for init in graph.initializer}
         for node in self.nodes:
             for name in node.output:
                 self.producer[name] = node
@@ -75,11 +121,17 @@ class QdqGraph:
             if node.op_type == "Constant" and node.output:
                 value = _constant_value(node)
                 if value is not None:
-                    self.constants[node.output[0]] = value
+                    self.constants[node.output[0]] = LazyConstant.of_array(value)
         # What a QuantizeLinear reads through Transpose/Cast/... of constants is a weight too.
         computed = [n.input[0] for n in self.nodes if n.op_type == "QuantizeLinear" and n.input
                     and n.input[0] not in self.constants]
-        self.constants.update(computed_constants(model, computed))
+        self.constants.update((name, LazyConstant.of_array(values))
+                              for name, values in computed_constants(model, computed).items())
+
+    def value(self, tensor: str) -> np.ndarray | None:
+        """The values of a constant (read now for an initializer), or None when it is no constant."""
+        found = self.constants.get(tensor)
+        return found.values() if found is not None else None
 
     def of_type(self, ops: Collection[str]) -> Iterator[onnx.NodeProto]:
         """The nodes whose op type is one of ``ops``, in graph order."""
@@ -100,7 +152,7 @@ class QdqGraph:
         node = self.producer.get(dq.input[0])
         return node if node is not None and node.op_type == "QuantizeLinear" else None
 
-    def weight_of(self, dq: onnx.NodeProto) -> np.ndarray | None:
+    def weight_of(self, dq: onnx.NodeProto) -> LazyConstant | None:
         """The constant a DequantizeLinear dequantizes (directly or through a Q), or None."""
         source = dq.input[0]
         q = self.q_before(dq)
@@ -114,8 +166,8 @@ class QdqGraph:
 
     def qparams(self, node: onnx.NodeProto) -> QdqNodeParams:
         """The constant quantization parameters of a Q or DQ node."""
-        scale = self.constants.get(node.input[1]) if len(node.input) > 1 else None
-        zp = self.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        scale = self.value(node.input[1]) if len(node.input) > 1 else None
+        zp = self.value(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         dtype = zp.dtype if zp is not None else None
         if dtype is None and node.op_type == "DequantizeLinear" and node.input[0] in self.constants:
             dtype = self.constants[node.input[0]].dtype  # pre-quantized integer weights
@@ -136,8 +188,9 @@ class QdqGraph:
             return self.weight_of(node) is not None
         return node.input[0] in self.constants
 
-    def weight_inputs(self) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto, np.ndarray]]:
-        """(weighted op, DQ on its input 1, the weight constant) for every dequantized weight."""
+    def weight_inputs(self) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto, LazyConstant]]:
+        """(weighted op, DQ on its input 1, the weight constant) for every dequantized weight; no
+        weight is read."""
         for node in self.nodes:
             if node.op_type in WEIGHTED_OPS and len(node.input) > 1:
                 dq = self.dq_of(node.input[1])
@@ -158,8 +211,8 @@ def output_channel_axis(node: onnx.NodeProto, rank: int) -> int | None:
     return weight_axis(node.op_type, rank, trans_b(node))
 
 
-def channel_counts(node: onnx.NodeProto, weight: np.ndarray) -> tuple[int, int] | None:
-    """(input channels, output channels) of a weighted op, from its weight."""
+def channel_counts(node: onnx.NodeProto, weight: np.ndarray | LazyConstant) -> tuple[int, int] | None:
+    """(input channels, output channels) of a weighted op, from its weight's shape."""
     group = int(attr(node, "group", 1))
     if node.op_type == "Conv" and weight.ndim >= 3:
         return int(weight.shape[1]) * group, int(weight.shape[0])
@@ -227,7 +280,7 @@ def _weight_sqnr(weight: np.ndarray, dequantized: np.ndarray) -> float:
 
 
 def weight_quantization(g: QdqGraph, node: onnx.NodeProto, dq: onnx.NodeProto,
-                        weight: np.ndarray) -> WeightQuantization | None:
+                        weight: np.ndarray | LazyConstant) -> WeightQuantization | None:
     """How the Q/DQ pair on a weighted op's weight quantizes it (None: not a float weight, or a
     scale that is not constant).
 
@@ -235,13 +288,13 @@ def weight_quantization(g: QdqGraph, node: onnx.NodeProto, dq: onnx.NodeProto,
         g: The graph.
         node: The weighted op.
         dq: The DequantizeLinear on its weight input.
-        weight: The weight's values (from :meth:`QdqGraph.weight_inputs`).
+        weight: The weight (from :meth:`QdqGraph.weight_inputs`; read here, and let go on return).
     """
     q = g.q_before(dq)
     params = g.qparams(q if q is not None else dq)
     if params.scale is None or not np.issubdtype(weight.dtype, np.floating) or weight.ndim == 0:
         return None
-    w = weight.astype(np.float64)
+    w = (weight.values() if isinstance(weight, LazyConstant) else weight).astype(np.float64)
     axis = params.axis % w.ndim if params.scale.size > 1 else None
     if axis is not None and params.scale.size != w.shape[axis]:
         return None  # a malformed pair: onnx.checker and ONNX Runtime reject it

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -17,6 +17,7 @@ import onnx
 from quantdbg._progress import track
 from quantdbg.evaluation import OutputMetrics
 from quantdbg.evaluation.metrics import metrics_from_sums
+from quantdbg.sensitivity.clone_groups import clone_groups
 from quantdbg.sensitivity.graphs import LocalVariant, local_graph
 from quantdbg.variants.evaluator import VariantEvaluator
 
@@ -105,17 +106,24 @@ def run_local_graph(evaluator: VariantEvaluator, variants: Sequence[LocalVariant
                     run: DataPass) -> dict[int, OutputMetrics]:
     """Runs a local graph of ``variants``; returns variant index -> metrics of its clone's outputs.
 
-    A layer with several outputs gets them pooled.
+    A layer with several outputs gets them pooled. The clones of a large model are split across
+    sessions (:func:`~quantdbg.sensitivity.clone_groups.clone_groups`), each over the same
+    batches; that still counts as one pass.
     """
-    graph = local_graph(evaluator.fp_model, evaluator.qmodel, variants)
-    reduced = reduce_outputs(evaluator, graph.model, graph.outputs, run)
+    groups = clone_groups(evaluator.fp_model, evaluator.qmodel, variants)
+    passes = evaluator.n_passes
     pooled: dict[int, list[float]] = {}
-    for (variant, _), sums in reduced.sums.items():
-        acc = pooled.setdefault(variant, [0.0] * _SUMS)
-        for i in (0, 1, 2, 4):
-            acc[i] += sums[i]
-        acc[3] = max(acc[3], sums[3])
-    return {v: sums_to_metrics(s) for v, s in pooled.items()}
+    for number, group in enumerate(groups, 1):
+        graph = local_graph(evaluator.fp_model, evaluator.qmodel, [variants[i] for i in group])
+        part = replace(run, desc=f"{run.desc} {number}/{len(groups)}") if len(groups) > 1 else run
+        reduced = reduce_outputs(evaluator, graph.model, graph.outputs, part)
+        for (variant, _), sums in reduced.sums.items():
+            acc = pooled.setdefault(group[variant], [0.0] * _SUMS)
+            for i in (0, 1, 2, 4):
+                acc[i] += sums[i]
+            acc[3] = max(acc[3], sums[3])
+    evaluator.n_passes = passes + 1
+    return {v: sums_to_metrics(pooled[v]) for v in sorted(pooled)}
 
 
 __all__ = ["DataPass", "Reduced", "reduce_outputs", "run_local_graph", "sums_to_metrics"]

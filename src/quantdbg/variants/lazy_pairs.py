@@ -2,9 +2,11 @@
 
 Folding ``DQ(Q(w))`` in NumPy reads the weight into memory and holds its fake-quantized copy in
 the graph, and ONNX Runtime then holds it again. For a weight left in its data file (a large
-model loaded lazily) the sensitivity graphs keep the pair instead: ONNX Runtime's constant folding
-computes it once, at session creation (inside an If's branch too), with the kernels a run would
-use, so the values are the same and only the session holds them.
+model loaded lazily) the sensitivity graphs keep the pair instead, computed by ONNX Runtime with
+the kernels a run would use, so the values are the same and only the session holds them: the
+local graph's clones read it folded at session creation (a constant, as the NumPy form is); the
+switchable graph's If branch folds only ``Q(w)``, to INT8, and dequantizes it when the branch runs
+(:func:`dequantize_per_run`), so that session holds the weight once in FP32 and once in INT8.
 """
 from __future__ import annotations
 
@@ -56,6 +58,34 @@ def copy_pair(model: onnx.ModelProto, record: QdqRecord, names: UniqueNames, nod
     return dq.output[0]
 
 
+def dequantize_per_run(dq: onnx.NodeProto, switch: str,
+                       names: UniqueNames) -> tuple[onnx.NodeProto, onnx.NodeProto]:
+    """A copy of a :func:`lazy_pair`'s DequantizeLinear that ONNX Runtime dequantizes at each run.
+
+    ONNX Runtime's constant folding (with its QDQ fusions off, as quantdbg runs it) would fold the
+    pair into an FP32 copy of the weight, held beside the FP32 weight the switched-off branch
+    reads. The copy reads its scale through ``Where(switch, scale, scale)`` instead: the scale
+    itself, bit for bit, whatever the switch, but no constant, so only ``Q(w)`` is folded (to an
+    INT8 constant, a quarter of the weight) and the branch dequantizes it when it runs, with the
+    same kernel that would have folded it (the values are the same).
+
+    Args:
+        dq: The pair's DequantizeLinear (not modified).
+        switch: The name of the layer's boolean switch input.
+        names: Fresh names for the graph.
+
+    Returns:
+        The ``Where`` node (it must precede the branch) and the DequantizeLinear copy reading it.
+    """
+    scale = names(f"{dq.input[1]}/per_run")
+    where = onnx.helper.make_node("Where", [switch, dq.input[1], dq.input[1]], [scale],
+                                  name=names(f"{dq.name}/per_run_scale"))
+    copy = onnx.NodeProto()
+    copy.CopyFrom(dq)
+    copy.input[1] = scale
+    return where, copy
+
+
 def _copy_init(init: onnx.TensorProto, name: str, inits: list[onnx.TensorProto]) -> str:
     copy = onnx.TensorProto()
     copy.CopyFrom(init)  # an external tensor copies its reference to the data file, not its data
@@ -64,4 +94,4 @@ def _copy_init(init: onnx.TensorProto, name: str, inits: list[onnx.TensorProto])
     return name
 
 
-__all__ = ["copy_pair", "lazy_pair"]
+__all__ = ["copy_pair", "dequantize_per_run", "lazy_pair"]

@@ -20,7 +20,7 @@ from quantdbg.model.external import tensor_array
 from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.variants.bias_switch import switch_biases
-from quantdbg.variants.lazy_pairs import lazy_pair
+from quantdbg.variants.lazy_pairs import dequantize_per_run, lazy_pair
 
 ENABLE_PREFIX = "quantdbg_enable/"
 
@@ -231,8 +231,10 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
     """Puts every recorded pair behind a per-layer boolean switch: ``If(switch, DQ(Q(x)), x)``.
 
     A constant weight's pair is computed once, not at every run: folded here (``DQ(Q(w))`` as ONNX
-    defines it), or, for a weight left in its data file, kept in the If's branch, where ONNX
-    Runtime's constant folding computes it at session creation (same values, no copy held here).
+    defines it). A weight left in its data file keeps its pair in the If's branch instead, where
+    ONNX Runtime folds ``Q(w)`` into an INT8 constant at session creation and dequantizes it when
+    the branch runs (:func:`~quantdbg.variants.lazy_pairs.dequantize_per_run`): same values, and
+    the session holds the weight once in FP32 and once in INT8.
 
     Args:
         qmodel: The Q/DQ model and its records.
@@ -256,7 +258,11 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
         dq_out = _dq_output(record, nodes)
         source = _fp_source(qmodel, fp_model, record, nodes, names, added)
         quantized: onnx.NodeProto | str = nodes[record.dequantize_node]
-        if record.kind is TensorKind.WEIGHT and not lazy_pair(model, record, nodes):
+        branch = ifs.setdefault(record.node, [])
+        if record.kind is TensorKind.WEIGHT and lazy_pair(model, record, nodes):
+            scale, quantized = dequantize_per_run(nodes[record.dequantize_node], switches[record.node], names)
+            branch.append(scale)
+        elif record.kind is TensorKind.WEIGHT:
             folded = _folded_weight(model, record, nodes, source)
             if folded is not None:
                 added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
@@ -265,7 +271,7 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
         out = names(f"{dq_out}/switched")
         dq = nodes[record.dequantize_node]
         zero = _constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
-        ifs.setdefault(record.node, []).append(_switch_node(
+        branch.append(_switch_node(
             record, switches[record.node], source, quantized, q_node, out, names,
             types.get(dq_out, TensorProto.FLOAT), None if zero is None else zero.dtype))
         nodes[record.node].input[record.input_index] = out
