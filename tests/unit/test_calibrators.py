@@ -25,7 +25,8 @@ from quantdbg.calibration.calibrators import (
     get_calibrator,
     register_calibrator,
 )
-from quantdbg.calibration.calibrators.entropy import best_candidate, entropy_divergences
+from quantdbg.calibration.calibrators.calibrator import best_candidate
+from quantdbg.calibration.calibrators.entropy import entropy_divergences
 from quantdbg.calibration.calibrators.mse import mse_errors
 from quantdbg.calibration.calibrators.percentile import percentile_edge
 from quantdbg.calibration.stats import TensorCollector, TensorStats

@@ -13,10 +13,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
+
 from quantdbg import _json
 from quantdbg.calibration.stats import HIST_OVERSAMPLE, BinnedHistogram, TensorStats
 from quantdbg.errors import ConfigError, QuantDbgWarning
 from quantdbg.quant_math import scale_from_amax
+
+_TIE = 1e-12  # relative: scores this close to the minimum count as ties (the last one wins)
 
 ZERO_TENSOR_AMAX = 1.0
 """Range given to a tensor with no non-zero finite value: any scale represents zeros exactly, and
@@ -124,3 +128,27 @@ class HistogramCalibrator(Calibrator):
         if num_bins is None:
             num_bins = max(1, len(stats.hist) // HIST_OVERSAMPLE) if stats.hist is not None else 1
         return stats.binned(num_bins)
+
+
+class CandidateCalibrator(HistogramCalibrator):
+    """Base of the calibrators that score every candidate clip (a bin edge from ``start_bin`` on)
+    and keep the last one of least score, at most max |x|."""
+
+    def scores(self, counts: np.ndarray, start_bin: int) -> tuple[np.ndarray, np.ndarray]:
+        """The candidate bins and their scores (lower is better), from the histogram's counts."""
+        raise NotImplementedError
+
+    def compute_amax(self, stats: TensorStats) -> float:
+        """Returns the edge of the last candidate bin of least score (at most max |x|)."""
+        hist = self.binned(stats)
+        candidates, score = self.scores(hist.counts, self.config.start_bin)
+        return min(best_candidate(candidates, score) * hist.width, stats.absmax)
+
+
+def best_candidate(candidates: np.ndarray, score: np.ndarray) -> int:
+    """The last candidate whose score is the minimum (ties within float rounding)."""
+    low = float(np.min(score))
+    if not np.isfinite(low):
+        return int(candidates[-1])  # every candidate infinite: keep everything
+    ties = np.flatnonzero(score <= low + _TIE * max(1.0, abs(low)))
+    return int(candidates[ties[-1]])

@@ -23,34 +23,19 @@ from __future__ import annotations
 import numpy as np
 
 from quantdbg._calibrator_specs import NUM_LEVELS, EntropyConfig
-from quantdbg.calibration.calibrators.calibrator import HistogramCalibrator
-from quantdbg.calibration.stats import TensorStats
+from quantdbg.calibration.calibrators.calibrator import CandidateCalibrator
 from quantdbg.errors import ConfigError
 
-_TIE = 1e-12  # relative: divergences this close to the minimum count as ties (last one wins)
 
-
-class EntropyCalibrator(HistogramCalibrator):
+class EntropyCalibrator(CandidateCalibrator):
     """Minimum KL divergence between the clipped |x| distribution and its 128-level version."""
 
     name = "entropy"
     config_class = EntropyConfig
 
-    def compute_amax(self, stats: TensorStats) -> float:
-        """Returns the edge of the last candidate bin of least divergence (at most max |x|)."""
-        hist = self.binned(stats)
-        candidates, divergence = entropy_divergences(hist.counts, self.config.start_bin)
-        best = best_candidate(candidates, divergence)
-        return min(best * hist.width, stats.absmax)
-
-
-def best_candidate(candidates: np.ndarray, divergence: np.ndarray) -> int:
-    """The last candidate whose divergence is the minimum (ties within float rounding)."""
-    low = float(np.min(divergence))
-    if not np.isfinite(low):
-        return int(candidates[-1])  # every candidate infinite: keep everything
-    ties = np.flatnonzero(divergence <= low + _TIE * max(1.0, abs(low)))
-    return int(candidates[ties[-1]])
+    def scores(self, counts: np.ndarray, start_bin: int) -> tuple[np.ndarray, np.ndarray]:
+        """The KL divergence of every candidate threshold bin."""
+        return entropy_divergences(counts, start_bin)
 
 
 def entropy_divergences(counts: np.ndarray, start_bin: int = 128,

@@ -17,25 +17,21 @@ from __future__ import annotations
 import numpy as np
 
 from quantdbg._calibrator_specs import MseConfig
-from quantdbg.calibration.calibrators.calibrator import HistogramCalibrator
-from quantdbg.calibration.calibrators.entropy import best_candidate
-from quantdbg.calibration.stats import TensorStats
+from quantdbg.calibration.calibrators.calibrator import CandidateCalibrator
 from quantdbg.quant_math import QMAX
 
 """Largest magnitude of symmetric INT8."""
 
 
-class MseCalibrator(HistogramCalibrator):
+class MseCalibrator(CandidateCalibrator):
     """Least expected squared error (clipping + rounding) over the bin-edge candidates."""
 
     name = "mse"
     config_class = MseConfig
 
-    def compute_amax(self, stats: TensorStats) -> float:
-        """Returns the candidate edge of least expected error (at most max |x|)."""
-        hist = self.binned(stats)
-        candidates, error = mse_errors(hist.counts, self.config.start_bin)
-        return min(best_candidate(candidates, error) * hist.width, stats.absmax)
+    def scores(self, counts: np.ndarray, start_bin: int) -> tuple[np.ndarray, np.ndarray]:
+        """The expected squared error of every candidate clip."""
+        return mse_errors(counts, start_bin)
 
 
 def mse_errors(counts: np.ndarray, start_bin: int = 128) -> tuple[np.ndarray, np.ndarray]:
