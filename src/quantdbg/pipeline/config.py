@@ -75,7 +75,19 @@ equalization and bias correction compares the models on."""
 @dataclass(frozen=True)
 class _Gated(_KeptIfBetter):
     """A repair evaluated only when the outputs it gives are closer to FP32 (the cheap evidence that it
-    can help the task metric, whose reference is FP32): no task-metric evaluation otherwise."""
+    can help the task metric, whose reference is FP32): no task-metric evaluation otherwise.
+
+    Attributes:
+        min_improvement: Kept only when the task metric improves by more than this.
+        min_sqnr_gain: The repaired model is evaluated only when the SQNR (dB) of its outputs against
+            FP32, on the first ``gate_samples`` samples of the evaluation data, beats the current
+            model's by more than this (None: always evaluated).
+        gate_samples: Samples the gate compares the outputs on (the fewest first batches holding them).
+
+    Raises:
+        ConfigError: A negative ``min_improvement``, a non-finite ``min_sqnr_gain`` or
+            ``gate_samples`` below 1.
+    """
 
     min_sqnr_gain: float | None = 0.0
     gate_samples: int = GATE_SAMPLES
@@ -96,18 +108,9 @@ class EqualizeRepairConfig(_Gated):
     consecutive Conv/Gemm layers rescaled so their ranges balance (:func:`quantdbg.calibration.equalize`),
     then one calibration pass of the equalized model.
 
-    Attributes:
-        min_improvement: Kept only when the task metric improves by more than this.
-        min_sqnr_gain: The equalized model is evaluated only when the SQNR (dB) of its outputs against
-            FP32, on the first ``gate_samples`` samples of the evaluation data, beats the current
-            model's by more than this (None: always evaluated). Balancing weight ranges can widen
-            the per-tensor activation ranges between the layers, so it can lower the INT8 model's
-            accuracy; this short pass says so without spending an evaluation.
-        gate_samples: Samples the gate compares the outputs on (the fewest first batches holding them).
-
-    Raises:
-        ConfigError: A negative ``min_improvement``, a non-finite ``min_sqnr_gain`` or
-            ``gate_samples`` below 1.
+    Gated as :class:`_Gated` says: balancing weight ranges can widen the per-tensor activation ranges
+    between the layers, so it can lower the INT8 model's accuracy; the gate's short pass says so
+    without spending an evaluation.
     """
 
 
@@ -117,17 +120,8 @@ class BiasCorrectionRepairConfig(_Gated):
     weight rounding adds to each output channel, measured in one pass and taken out of the biases
     (:mod:`quantdbg.calibration.bias_correction`).
 
-    Attributes:
-        min_improvement: Kept only when the task metric improves by more than this.
-        min_sqnr_gain: The corrected model is evaluated only when the SQNR (dB) of its outputs against
-            FP32, on the first ``gate_samples`` samples of the evaluation data, beats the current
-            model's by more than this (None: always evaluated): a shift small beside the rest of the
-            INT8 error changes nothing a task metric sees.
-        gate_samples: Samples the gate compares the outputs on (the fewest first batches holding them).
-
-    Raises:
-        ConfigError: A negative ``min_improvement``, a non-finite ``min_sqnr_gain`` or
-            ``gate_samples`` below 1.
+    Gated as :class:`_Gated` says: a shift small beside the rest of the INT8 error changes nothing a
+    task metric sees, and the gate's short pass says so without spending an evaluation.
     """
 
 
