@@ -16,26 +16,8 @@ from pathlib import Path
 
 from quantdbg._io import commit_together
 from quantdbg.backends.tensorrt import TrtConfig
+from quantdbg.cli import _options as opts
 from quantdbg.cli._build import add_profile_option, print_commands, profile_config
-from quantdbg.cli._options import (
-    READY_METRICS,
-    add_data_option,
-    add_execution_options,
-    add_method_option,
-    add_model_argument,
-    add_out_option,
-    add_quant_options,
-    add_search_options,
-    add_target_options,
-    eval_data,
-    executor,
-    fallback_config,
-    fallback_target,
-    on_executor,
-    quant_config,
-    show_progress,
-    task_metric,
-)
 from quantdbg.cli._paths import claim_outputs
 from quantdbg.cli._resume import add_resume_options, restart
 from quantdbg.cli.app import add_command
@@ -58,29 +40,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "fewest out of INT8 so it meets a target, verify and report. Exit "
                                    "status 0: met; 1: not met (the best model found is written); 2: bad "
                                    "input.")
-    add_model_argument(auto, help="FP32 .onnx model (never modified).")
-    add_data_option(auto, required=True, help="Calibration data.")
+    opts.add_model_argument(auto, help="FP32 .onnx model (never modified).")
+    opts.add_data_option(auto, required=True, help="Calibration data.")
     auto.add_argument("--eval", required=True, metavar="EVAL.npz", help="Evaluation data.")
     metric = auto.add_mutually_exclusive_group()
     metric.add_argument("--evaluate", metavar="CMD", help="Task metric command; {model} is replaced by a "
                         "model path and the last printed line is the metric (it runs on the real models).")
-    metric.add_argument("--metric", choices=READY_METRICS, help="Ready-made metric against FP32.")
+    metric.add_argument("--metric", choices=opts.READY_METRICS, help="Ready-made metric against FP32.")
     metric.add_argument("--labels", metavar="KEY", help="Accuracy against this integer array of EVAL.npz.")
     auto.add_argument("--lower-is-better", action="store_true",
                       help="The --evaluate metric is lower-is-better.")
-    add_target_options(auto)
-    add_out_option(auto, metavar="MIXED.onnx", help="The final model.")
+    opts.add_target_options(auto)
+    opts.add_out_option(auto, metavar="MIXED.onnx", help="The final model.")
     auto.add_argument("--plan", required=True, metavar="PLAN.json", help="The result and its recipe (JSON).")
     auto.add_argument("--html", metavar="REPORT.html", help="Also write the HTML report.")
     _add_settings(auto)
 
 
 def _add_settings(auto: argparse.ArgumentParser) -> None:
-    add_method_option(auto, listed=True, help="Default calibrator the repairs start from (default entropy).")
+    opts.add_method_option(auto, listed=True,
+                           help="Default calibrator the repairs start from (default entropy).")
     auto.add_argument("--repairs", nargs="*", choices=REPAIRS, default=list(REPAIRS), metavar="REPAIR",
                       help=f"INT8 repairs to try, in order ({', '.join(REPAIRS)}; default all; none: give "
                            "no value).")
-    add_search_options(auto)
+    opts.add_search_options(auto)
     auto.add_argument("--max-fallback", type=float, default=25.0, metavar="PCT",
                       help="Most layers kept out of INT8, in %% of the quantized layers (default 25).")
     auto.add_argument("--batch-size", type=int, default=32, help="Samples per batch (default 32).")
@@ -88,8 +71,8 @@ def _add_settings(auto: argparse.ArgumentParser) -> None:
                       "PLAN.json.partial, deleted once the run is done).")
     add_resume_options(auto, "--resume")
     add_profile_option(auto)
-    add_quant_options(auto)
-    add_execution_options(auto)
+    opts.add_quant_options(auto)
+    opts.add_execution_options(auto)
 
 
 def _metric(args: argparse.Namespace) -> TaskMetric:
@@ -102,7 +85,7 @@ def _metric(args: argparse.Namespace) -> TaskMetric:
         raise ConfigError("--min-metric and --max-rel-loss judge a task metric: give --evaluate CMD, "
                           "--labels KEY or --metric NAME (or the target --min-sqnr DB, which reads the "
                           "output SQNR).")
-    return task_metric(args)
+    return opts.task_metric(args)
 
 
 def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) -> AutoConfig:
@@ -110,11 +93,12 @@ def _config(args: argparse.Namespace, resume: Path, engine: TrtConfig | None) ->
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}.")
     if not 0.0 < args.max_fallback <= 100.0:
         raise ConfigError(f"--max-fallback is a percentage in (0, 100], got {args.max_fallback:g}.")
-    run = executor(args)
-    calib = on_executor(CalibConfig(method=args.method), args, run)
-    return AutoConfig(calib, quant_config(args), tuple(args.repairs), fallback=fallback_config(args, run),
+    run = opts.executor(args)
+    calib = opts.on_executor(CalibConfig(method=args.method), args, run)
+    return AutoConfig(calib, opts.quant_config(args), tuple(args.repairs),
+                      fallback=opts.fallback_config(args, run),
                       max_fallback_share=args.max_fallback / 100.0, batch_size=args.batch_size,
-                      progress=show_progress(args), resume_path=resume, engine=engine)
+                      progress=opts.show_progress(args), resume_path=resume, engine=engine)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,12 +118,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _auto(args: argparse.Namespace, resume: Path) -> int:
     metric = _metric(args)
-    target = fallback_target(args, metric)
+    target = opts.fallback_target(args, metric)
     model = as_loaded(args.model)
     config = _config(args, resume, profile_config(args.profile, input_specs(model.proto), args.batch_size))
     calib = load_npz(args.data, args.batch_size, inputs=list(input_specs(model.proto)))
     restart(args, resume)
-    result = auto(model, calib, eval_data(args, model.proto), target, metric=metric, config=config)
+    result = auto(model, calib, opts.eval_data(args, model.proto), target, metric=metric, config=config)
     final = result.model
     assert final is not None  # a run always ends with a model
     # The build commands name the model where it is saved, and the files ModelOpt's command reads.
