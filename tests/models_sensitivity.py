@@ -15,6 +15,7 @@ import onnxruntime as ort
 from models import _const, _finish, _rng
 
 from quantdbg.calibration import CalibrationResult, TensorRange
+from quantdbg.cli import main
 from quantdbg.model import load_model
 from quantdbg.model.names import name_nodes
 from quantdbg.placement import plan_qdq
@@ -109,3 +110,14 @@ def write_mlp4_pair(folder, qdq_name: str = "q.onnx") -> np.ndarray:
     onnx.save(model, str(folder / "m.onnx"))
     quantize_by_hand(model, feeds, {"act1": 0.01}).save(folder / qdq_name)
     return np.concatenate([f["x"] for f in feeds])
+
+
+def write_cli_folder(folder):
+    """:func:`write_mlp4_pair` in ``folder``, its samples as ``calib.npz`` and ``eval.npz``, and the
+    Q/DQ model's sensitivity result as ``r.json`` (``quantdbg analyze``); returns ``folder``."""
+    x = write_mlp4_pair(folder)
+    np.savez(folder / "calib.npz", x=x)
+    np.savez(folder / "eval.npz", x=x)
+    assert main(["analyze", str(folder / "q.onnx"), "--fp32", str(folder / "m.onnx"), "--eval",
+                 str(folder / "eval.npz"), "--no-evidence", "--out", str(folder / "r.json")]) == 0
+    return folder

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 import pytest
+from cli_usage import usage_error
 
 import quantdbg
 from quantdbg.calibration import available_calibrators
@@ -140,29 +141,20 @@ def test_version(capsys):
     assert capsys.readouterr().out == f"quantdbg {quantdbg.__version__}\n"
 
 
-def _usage_error(capsys, *argv: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    return err
-
-
 def test_did_you_mean_for_a_mistyped_flag(capsys):
-    err = _usage_error(capsys, "calibrate", "m.onnx", "--data", "c.npz", "-o", "o.onnx",
+    err = usage_error(capsys, "calibrate", "m.onnx", "--data", "c.npz", "-o", "o.onnx",
                        "--calibraton-cache", "c.cache")
     assert err == ("quantdbg calibrate: error: unrecognized arguments: --calibraton-cache c.cache; did you "
                    "mean --calibration-cache? (see `quantdbg calibrate --help`)\n")
     # a flag of another subcommand is not suggested
-    err = _usage_error(capsys, "lint", "m.onnx", "--min-sqnr", "3")
+    err = usage_error(capsys, "lint", "m.onnx", "--min-sqnr", "3")
     assert "did you mean" not in err and "unrecognized arguments: --min-sqnr 3" in err
 
 
 def test_did_you_mean_for_a_mistyped_choice(capsys):
-    err = _usage_error(capsys, "analyze", "m.onnx", "--eval", "e.npz", "-o", "r.json", "--metric", "sqrn")
+    err = usage_error(capsys, "analyze", "m.onnx", "--eval", "e.npz", "-o", "r.json", "--metric", "sqrn")
     assert err.endswith("; did you mean 'sqnr'? (see `quantdbg analyze --help`)\n")
-    assert "did you mean 'calibrate'?" in _usage_error(capsys, "calibrat")
+    assert "did you mean 'calibrate'?" in usage_error(capsys, "calibrat")
 
 
 def test_op_types_to_exclude_narrows_the_quantized_op_types():

@@ -8,6 +8,7 @@ import json
 import models_sensitivity as ms
 import numpy as np
 import pytest
+from cli_usage import usage_error as _usage
 
 from quantdbg.cli import build_parser, main
 
@@ -85,15 +86,6 @@ def test_a_modelopt_command_line_writes_what_the_quantdbg_one_writes(folder, tmp
     assert main(["calibrate", str(folder / "m.onnx"), "--data", str(folder / "calib.npz"), "--method",
                  "minmax", "--exclude", "fc0", "--out", str(tmp_path / "b.onnx"), *common]) == 0
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
-
-
-def _usage(capsys, *argv):
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(argv))
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    return err
 
 
 CALIBRATE = ("calibrate", "m.onnx", "--data", "c.npz", "-o", "o.onnx")

@@ -13,7 +13,6 @@ import os
 import tempfile
 
 import models_sensitivity as ms
-import numpy as np
 import pytest
 
 import quantdbg._io as io_
@@ -29,13 +28,7 @@ PUBLISH = io_.publish
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """FP32 mlp4 and its Q/DQ form, calibration/eval data and a sensitivity result."""
-    folder = tmp_path_factory.mktemp("write_failures")
-    x = ms.write_mlp4_pair(folder)
-    np.savez(folder / "calib.npz", x=x)
-    np.savez(folder / "eval.npz", x=x)
-    assert main(["analyze", str(folder / "q.onnx"), "--fp32", str(folder / "m.onnx"), "--eval",
-                 str(folder / "eval.npz"), "--no-evidence", "--out", str(folder / "r.json")]) == 0
-    return folder
+    return ms.write_cli_folder(tmp_path_factory.mktemp("write_failures"))
 
 
 def _fail_at(monkeypatch, n, code=errno.ENOSPC, text=FULL):

@@ -9,7 +9,6 @@ import hashlib
 import os
 
 import models_sensitivity as ms
-import numpy as np
 import pytest
 
 import quantdbg.cli.calibrate as calibrate
@@ -23,13 +22,7 @@ NEVER = "choose another output path (inputs are never overwritten)."
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """FP32 mlp4, a Q/DQ version, calibration/eval data and a sensitivity result to report on."""
-    folder = tmp_path_factory.mktemp("paths")
-    x = ms.write_mlp4_pair(folder)
-    np.savez(folder / "calib.npz", x=x)
-    np.savez(folder / "eval.npz", x=x)
-    assert main(["analyze", str(folder / "q.onnx"), "--fp32", str(folder / "m.onnx"), "--eval",
-                 str(folder / "eval.npz"), "--no-evidence", "--out", str(folder / "r.json")]) == 0
-    return folder
+    return ms.write_cli_folder(tmp_path_factory.mktemp("paths"))
 
 
 def _state(folder):

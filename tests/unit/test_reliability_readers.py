@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from json_docs import json_paths
 
 from quantdbg._journal import Journal
 from quantdbg.backends.tensorrt.inspector import parse_engine_info
@@ -65,23 +66,13 @@ def documents(tmp_path_factory):
     return docs
 
 
-def _paths(value, prefix=()):
-    yield prefix
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _paths(item, (*prefix, index))
-
-
 @st.composite
 def mutated(draw, doc, lines=False):
     """``doc`` with one to three mutations, as the text a reader sees (``lines``: a list as JSON lines)."""
     doc = json.loads(json.dumps(doc))
     buried: dict[str, tuple[int, object]] = {}
     for _ in range(draw(st.integers(1, 3))):
-        paths = list(_paths(doc))
+        paths = list(json_paths(doc))
         path = draw(st.sampled_from(paths))
         action = draw(st.sampled_from(["replace", "replace", "delete", "empty", "deep"]))
         if not path:
@@ -188,7 +179,7 @@ def test_a_value_nested_past_the_limit_is_the_librarys_error(documents, tmp_path
     # (65) and past the interpreter's recursion limit (5000), where json.loads alone raises RecursionError
     kind, read = READERS[reader]
     doc = json.loads(json.dumps(documents[kind]))
-    path = max(_paths(doc), key=len)
+    path = max(json_paths(doc), key=len)
     parent = doc
     for step in path[:-1]:
         parent = parent[step]

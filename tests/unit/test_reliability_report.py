@@ -18,6 +18,7 @@ import models_doctor
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from json_docs import json_paths
 
 from quantdbg.cli import main
 from quantdbg.config import CalibConfig
@@ -50,23 +51,13 @@ def documents() -> dict[str, dict]:
     return docs
 
 
-def _paths(value, prefix=()):
-    yield prefix
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _paths(item, (*prefix, index))
-
-
 @st.composite
 def damaged(draw, doc: dict) -> str:
     """``doc`` with one to three mutations, as the text ``quantdbg report`` reads."""
     doc = json.loads(json.dumps(doc))
     buried: dict[str, tuple[int, object]] = {}
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from([p for p in _paths(doc) if p]))
+        path = draw(st.sampled_from([p for p in json_paths(doc) if p]))
         parent = doc
         for step in path[:-1]:
             parent = parent[step]
