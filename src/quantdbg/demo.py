@@ -24,7 +24,9 @@ from quantdbg.errors import ConfigError, DataError, ModelError
 
 if TYPE_CHECKING:
     from quantdbg.backends.tensorrt import TrtConfig
+    from quantdbg.config import CalibConfig
     from quantdbg.pipeline import AutoConfig, AutoResult
+    from quantdbg.pipeline.records import RepairRecord
     from quantdbg.qdq import QuantizedModel
     from quantdbg.report import ReportBundle
     from quantdbg.sensitivity import LayerSensitivity
@@ -176,8 +178,9 @@ def _write_exported(staged: Mapping[str, Path], emb: EmbeddedModel) -> None:
 # --------------------------------------------------------------------------------------------
 
 DEMO_MIN_SQNR_DB = 42.0
-"""The demo's target: logits within 42 dB SQNR of FP32. Default INT8 (entropy) gives about 35 dB and
-the INT8 repairs about 41, so the demo shows the whole job: repairs, ranking and the fallback search."""
+"""The demo's target: logits within 42 dB SQNR of FP32. Default INT8 (entropy) gives about 35 dB, the
+calibrator per tensor (the INT8 start) and the INT8 repairs about 41, so the demo shows the whole job:
+the INT8 start, repairs, ranking and the fallback search."""
 
 FINAL_FILE = "digits_cnn_final.onnx"
 """The final model :func:`run_demo` writes (mixed precision when layers left INT8)."""
@@ -185,7 +188,7 @@ FINAL_FILE = "digits_cnn_final.onnx"
 RUN_FILES = ("report.html", "report.md", "report.json", "digits_cnn_int8.onnx", FINAL_FILE, "plan.json",
              *EXPORT_FILES)
 """The files :func:`run_demo` writes, in its folder (those of :func:`export_demo` too): the report, the
-default INT8 and the final model, and the flow's result (``plan.json``, what ``quantdbg apply`` reads)."""
+INT8 start and the final model, and the flow's result (``plan.json``, what ``quantdbg apply`` reads)."""
 
 _CULPRITS = 3
 """Layers the printout names from the ranking."""
@@ -196,7 +199,7 @@ class VariantScore:
     """One model of the demo on the evaluation set.
 
     Attributes:
-        name: ``"FP32"``, ``"INT8"`` (the default INT8 model the flow started from) or ``"final"``.
+        name: ``"FP32"``, ``"INT8"`` (the INT8 model the flow started from) or ``"final"``.
         int8_layers: Layers computing in INT8.
         top1: Top-1 accuracy against the digit labels.
         sqnr_db: Logits SQNR against FP32 (dB; inf for FP32 itself), as the flow measured it.
@@ -208,13 +211,23 @@ class VariantScore:
     sqnr_db: float
 
 
+
+def _kept(record: RepairRecord) -> str:
+    """A kept repair and what it changed: the output SQNR before and after (the start gate's numbers,
+    on the first samples, for a choice made before the first evaluation)."""
+    if record.at_start and record.output_sqnr is not None:
+        before, after = record.output_sqnr
+        return f"{record.repair} (INT8 start, chosen on the first samples: {before:.1f} -> {after:.1f} dB)"
+    return f"{record.repair} ({record.before:.1f} -> {record.after:.1f} dB)"
+
+
 @dataclass(frozen=True)
 class DemoResult:
     """What :func:`run_demo` found and wrote.
 
     Attributes:
         auto: The flow's result: verdict, repairs, ranking, plan with its build commands, final model.
-        scores: FP32, default INT8 and the final model on the evaluation set.
+        scores: FP32, the INT8 start and the final model on the evaluation set.
         report: The report: the scores table, then the flow's result.
         files: Files written (:data:`RUN_FILES`), by name; empty when nothing was written.
         seconds: Wall time.
@@ -242,8 +255,7 @@ class DemoResult:
             sqnr = "-" if math.isinf(s.sqnr_db) else f"{s.sqnr_db:.1f} dB"
             count = f"{s.int8_layers}/{self.auto.n_layers}"
             lines.append(f"{s.name:<9} {count:>11} {100 * s.top1:>7.2f}% {sqnr:>20}")
-        kept = [f"{r.repair} ({r.before:.1f} -> {r.after:.1f} dB)" for r in self.auto.repairs
-                if r.kept and r.after is not None]
+        kept = [_kept(r) for r in self.auto.repairs if r.kept and r.after is not None]
         lines.append("INT8 repairs kept: " + (", ".join(kept) or "none"))
         if self.culprits:
             lines.append("top culprit layers (output SQNR with only that layer in INT8): "
@@ -284,8 +296,8 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
     config = _auto_config(threads, progress, engine)
     result = auto(emb.model_path, emb.calib, emb.eval_inputs, FallbackTarget.min_sqnr(min_sqnr_db),
                   config=config)
-    # The default INT8 model the flow started from (the flow returns only its final model).
-    int8 = quantize(emb.model_path, emb.calib, config.calib, config.quant)
+    # The INT8 model the flow started from (the flow returns only its final model).
+    int8 = quantize(emb.model_path, emb.calib, _start_calib(result, config.calib), config.quant)
     scores = _scores(emb, result, int8, threads)
     files = {} if folder is None else {name: folder / name for name in RUN_FILES}
     with commit_together(files) as staged:  # every file appears, or (on a failure) none
@@ -297,6 +309,14 @@ def run_demo(out_dir: str | os.PathLike | None = None, *, min_sqnr_db: float = D
         _write(staged, report, int8, result)
     return DemoResult(result, scores, report, files, round(time.perf_counter() - start, 2),
                       len(emb.calib[INPUT_NAME]), len(emb.labels))
+
+
+def _start_calib(result: AutoResult, calib: CalibConfig) -> CalibConfig:
+    """The calibration of the flow's INT8 start: ``calib``, with the calibrator choice if it was the start."""
+    from quantdbg.pipeline.repairs import with_per_tensor
+
+    start = next((r for r in result.repairs if r.at_start), None)
+    return calib if start is None else with_per_tensor(calib, {c.tensor: c.calibrator for c in start.changes})
 
 
 def _auto_config(threads: int, progress: bool, engine: TrtConfig | None) -> AutoConfig:
@@ -320,7 +340,7 @@ def _out_folder(out_dir: str | os.PathLike | None) -> Path | None:
 
 def _scores(emb: EmbeddedModel, result: AutoResult, int8: QuantizedModel,
             threads: int) -> tuple[VariantScore, ...]:
-    """FP32, default INT8 and final model: top-1 on the evaluation set; the flow's logits SQNR."""
+    """FP32, the INT8 start and final model: top-1 on the evaluation set; the flow's logits SQNR."""
     from quantdbg.backends import OnnxrtRunner, OrtConfig
     from quantdbg.evaluation import Accuracy
 
@@ -347,7 +367,7 @@ def _report(scores: tuple[VariantScore, ...], result: AutoResult, min_sqnr_db: f
     note = (f"quantdbg.auto on the embedded digits CNN (scikit-learn's UCI digits, {result.n_layers} "
             f"quantizable layers), target logits SQNR >= {min_sqnr_db:g} dB: entropy calibration, the INT8 "
             "repairs, a ranking of the layers (isolated: only that layer in INT8), then the fewest layers "
-            "kept out of INT8. INT8 is the default INT8 model the flow started from; top-1 is against "
+            "kept out of INT8. INT8 is the INT8 model the flow started from; top-1 is against "
             "the digit labels.")
     return ReportBundle("quantdbg demo: digits CNN", (result,), summary, (note,))
 

@@ -173,9 +173,11 @@ def test_the_demo_build_commands_read_the_files_beside_them(demo, tmp_path):
 
 def test_run_demo_without_a_folder_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = run_demo(threads=1, min_sqnr_db=30.0)  # default INT8 already meets 30 dB: no search
+    result = run_demo(threads=1, min_sqnr_db=30.0)  # the INT8 start already meets 30 dB: no search
     assert result.files == {} and list(tmp_path.iterdir()) == []
-    assert result.auto.outcome == "int8" and result.auto.exclude == () and result.culprits == ()
+    assert result.auto.outcome == "repaired" and result.auto.exclude == () and result.culprits == ()
+    assert [(r.repair, r.at_start) for r in result.auto.repairs] == [("calibrator", True)]
+    assert dict(result.auto.evaluations) == {"reference": 1, "int8": 1}
     text = result.summary_text()
     assert "top culprit layers" not in text
     assert text.endswith("kept out of INT8 by the fallback search: none\n" + result.auto.message + "\n")
@@ -190,8 +192,11 @@ def test_summary_text_is_the_table_the_readme_shows(demo):
                          "FP32              0/8   99.26%                    -",
                          "INT8              8/8   99.26%              34.9 dB",
                          "final             7/8  100.00%              42.8 dB"]
-    repairs = [r for r in result.auto.repairs if r.kept]
-    kept = ", ".join(f"{r.repair} ({r.before:.1f} -> {r.after:.1f} dB)" for r in repairs)
+    start, *repairs = [r for r in result.auto.repairs if r.kept]
+    assert start.at_start and not any(r.at_start for r in repairs)
+    gate = start.output_sqnr
+    first = f"{start.repair} (INT8 start, chosen on the first samples: {gate[0]:.1f} -> {gate[1]:.1f} dB)"
+    kept = ", ".join([first] + [f"{r.repair} ({r.before:.1f} -> {r.after:.1f} dB)" for r in repairs])
     culprits = ", ".join(f"{layer.node} {layer.value:.1f} dB" for layer in result.culprits)
     assert kept and lines[4:] == [
         f"INT8 repairs kept: {kept}",

@@ -66,6 +66,11 @@ class AutoRecipe(Serializable):
         """The repairs kept, in the order they were applied."""
         return tuple(r.repair for r in self.repairs if r.kept)
 
+    @property
+    def kept_after_start(self) -> tuple[str, ...]:
+        """The repairs kept after the first INT8 evaluation (not a calibrator choice made the INT8 start)."""
+        return tuple(r.repair for r in self.repairs if r.kept and not r.at_start)
+
 
 RecipeSource = AutoRecipe | FallbackPlan | str | os.PathLike
 """A recipe, a fallback plan that records its calibration, or a file holding either (a result of

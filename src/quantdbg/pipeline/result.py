@@ -133,7 +133,7 @@ def _final(result: AutoResult) -> str:
     target, value = result.target, result.final_value
     loss = (f"loss {target.relative_loss(value):.3g} %; "
             if target.kind == "relative_loss" and target.reference is not None else "")
-    repaired = f", repaired {result.repaired_value:.4g}" if result.repaired_value != result.int8_value else ""
+    repaired = f", repaired {result.repaired_value:.4g}" if result.recipe.kept_after_start else ""
     start = "INT8 with the calibrator per tensor" if _chosen_start(result) else "default INT8"
     return (f"{result.metric} {value:.4g} ({loss}FP32 {result.fp32_value:.4g}, {start} "
             f"{result.int8_value:.4g}{repaired})")
@@ -175,7 +175,7 @@ def _verdict(result: AutoResult) -> str:
         return f"Default INT8 meets {target}: {final}; all {n} layers stay in INT8."
     if result.outcome == "repaired":
         how = "repaired by " + " + ".join(result.recipe.kept)
-        if _chosen_start(result) and result.repaired_value == result.int8_value:
+        if not result.recipe.kept_after_start:
             how = "with the calibrator per tensor"
         return f"INT8 {how} meets {target}: {final}; all {n} layers stay in INT8."
     share = 100.0 * k / max(n, 1)

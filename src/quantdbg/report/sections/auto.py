@@ -20,8 +20,8 @@ def _summary(result: AutoResult) -> Table:
     n, k = result.n_layers, len(result.exclude)
     rows = [("FP32", 0, result.fp32_value, _loss(result, result.fp32_value)),
             (_start_label(result), n, result.int8_value, _loss(result, result.int8_value))]
-    if result.repaired_value != result.int8_value:
-        rows.append((f"repaired ({' + '.join(result.recipe.kept)})", n, result.repaired_value,
+    if result.recipe.kept_after_start:
+        rows.append((f"repaired ({' + '.join(result.recipe.kept_after_start)})", n, result.repaired_value,
                      _loss(result, result.repaired_value)))
     rows.append(("final", n - k, result.final_value, _loss(result, result.final_value)))
     return Table(("model", "layers in INT8", result.metric, "relative loss (%)"), tuple(rows), "auto-summary",
