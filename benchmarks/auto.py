@@ -288,7 +288,8 @@ def run(name: str, form: str, work: Path, max_rel_loss: float = MAX_REL_LOSS) ->
     row["modelopt_int8"] = modelopt_metric(name, path, work)
     shown = ("model", "form", "fp32", "int8", "final", "share", "n_evaluations")
     print(json.dumps({k: row.get(k) for k in shown}), json.dumps({k: row.get("nncf", {}).get(k) for k in (
-        "status", "int8", "final", "excluded", "full_validations")}), file=sys.stderr, flush=True)
+        "status", "int8", "final", "int8_trt", "final_trt", "excluded", "full_validations")}),
+          file=sys.stderr, flush=True)
     return row
 
 
@@ -345,7 +346,7 @@ def _row_cells(r: dict[str, Any]) -> str:
                        for k in ("evaluations_s", "analysis_s", "gates_s", "bias_pass_s", "overhead_s"))
     return (f"| {r['model']} | {form} | {_fmt(r['fp32'])} | {_fmt(r.get('modelopt_int8'))} | "
             f"{_fmt(r['int8'])} / {_fmt(n.get('int8'))} | {_fmt(r['final'])} / {_fmt(n.get('final'))} | "
-            f"{q_out} / {n_out} of {len(r.get('final_layers', {}))} | "
+            f"{_trt_cell(n)} | {q_out} / {n_out} of {len(r.get('final_layers', {}))} | "
             f"{q_evals} / {n_evals} | "
             f"{wall:.0f} / {_secs(n.get('wall_s'))} ({_ratio(wall, n.get('wall_s'))}) | "
             f"{r['peak_rss_mib']:.0f} / {n.get('peak_rss_mib', 0):.0f} MiB | {split} % | {r['load1']:.1f} |")
