@@ -20,7 +20,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from quantdbg.pipeline import CalibratorRepairConfig
+
 PLANTED = "conv2"
+NO_START = CalibratorRepairConfig(start_sqnr_gain=None)
+"""The calibrator choice as a repair only: the default calibration is always the INT8 start."""
 
 
 def clipped_inputs(rng: np.random.Generator, n: int = 256) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ import models_sensitivity as ms
 import numpy as np
 import onnx
 import pytest
+from models_auto import NO_START
 from tool_grammars import modelopt, run, trtexec, trtexec_shapes
 
 import quantdbg
@@ -23,8 +24,9 @@ from quantdbg.pipeline import AutoConfig, AutoRecipe, read_recipe
 from quantdbg.pipeline.build import MODEL_PLACEHOLDER
 
 # The scenarios are planted for the calibrator choice and SmoothQuant (equalization and bias correction
-# have their own flow tests in test_auto_equalize_bias.py).
-CONFIG = AutoConfig(threads=1, repairs=("calibrator", "smoothquant"),
+# have their own flow tests in test_auto_equalize_bias.py); the calibrator choice as a repair (its start
+# gate has its own tests in test_auto_start.py).
+CONFIG = AutoConfig(threads=1, repairs=("calibrator", "smoothquant"), calibrator=NO_START,
                     fallback=FallbackConfig(precision=Precision.FP32))
 
 

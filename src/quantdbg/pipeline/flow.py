@@ -1,8 +1,10 @@
 """The automatic flow: calibrate, repair INT8, rank, search the fewest layers to keep out of INT8, verify.
 
 1. calibrate: the default calibration, with a histogram kept for every tensor (one pass, two when
-   the default calibrator needs no histograms), and the default INT8 model;
-2. evaluate the FP32 model and the default INT8 model on the task metric;
+   the default calibrator needs no histograms), and the default INT8 model; the INT8 start is the
+   per-tensor calibrator choice instead when its outputs on the first samples are clearly closer to
+   FP32 (:class:`~quantdbg.pipeline.config.CalibratorRepairConfig`, no task-metric evaluation);
+2. evaluate the FP32 model and the INT8 start on the task metric;
 3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`: the
    calibrator per tensor from the calibrator evidence alone, bias correction, cross-layer
    equalization, SmoothQuant), each evaluated only where its cheap evidence says it can help and
@@ -37,7 +39,7 @@ from quantdbg.pipeline.config import PHASES, AutoConfig, Outcome
 from quantdbg.pipeline.context import AutoContext, Stage
 from quantdbg.pipeline.recipe import AutoRecipe
 from quantdbg.pipeline.records import RepairRecord
-from quantdbg.pipeline.repairs import REPAIR_PASSES
+from quantdbg.pipeline.repairs import REPAIR_PASSES, CalibratorRepair, Proposal
 from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity.journaled import JournaledMetric, model_key
@@ -134,14 +136,27 @@ class _Flow:
 
     def run(self, fp: LoadedModel) -> AutoResult:
         base = self.context.stage(fp, self.config.calib)
-        with self.context.evaluator(base) as scorer:
-            fp32, int8 = self._baseline(scorer, base)
-            stage, repaired = self._repair(scorer, base, int8)
+        start, chosen = self._start(base)
+        with self.context.evaluator(start) as scorer:
+            fp32, int8 = self._baseline(scorer, start)
+            if chosen is not None:
+                record = chosen.record(int8, int8, True)
+                self.records.append(replace(record, reason=chosen.reason, at_start=True))
+            stage, repaired = self._repair(scorer, start, int8)
         values = (fp32, int8, repaired)
         if self.target.is_met(repaired):
             outcome: Outcome = "int8" if stage is base else "repaired"
             return self._result(outcome, stage, (*values, repaired), (), stage.qmodel, None)
         return self._fallback(stage, values)
+
+    def _start(self, base: Stage) -> tuple[Stage, Proposal | None]:
+        """The INT8 start: the calibrator choice when its start gate passes (its proposal), else ``base``.
+        No task-metric evaluation: the gate compares output SQNRs on the first samples."""
+        if "calibrator" not in self.config.repairs:
+            return base, None
+        with self.context.in_phase("calibrator"):
+            proposal = CalibratorRepair(self.config.calibrator).as_start(base, self.context)
+        return (base, None) if proposal.stage is None else (proposal.stage, proposal)
 
     def _baseline(self, scorer: VariantEvaluator, base: Stage) -> tuple[float, float]:
         """The FP32 and default INT8 task metric (the target gets its FP32 reference)."""
@@ -162,6 +177,8 @@ class _Flow:
         for name in self.config.repairs:
             if self.target.is_met(value):
                 break
+            if any(r.repair == name and r.at_start for r in self.records):
+                continue  # the INT8 start has it already
             repair = REPAIR_PASSES[name](self.config)
             with self.context.in_phase(name):
                 proposal = repair.apply(stage, self.context)

@@ -116,6 +116,9 @@ class RepairRecord(Serializable):
         output_sqnr: Equalization, bias correction: the SQNR (dB) of the outputs against FP32 on the
             first samples of the evaluation data, before and with the repair (the gate that decides
             whether the repaired model is evaluated; None when no gate ran).
+        at_start: The calibrator choice became the INT8 start, before the first evaluation
+            (:class:`~quantdbg.pipeline.config.CalibratorRepairConfig`): ``before`` and ``after`` are
+            both the start's task metric, the default calibration was not evaluated.
     """
 
     repair: Repair
@@ -127,6 +130,7 @@ class RepairRecord(Serializable):
     calibrators: tuple[TensorChoice, ...] = ()
     smoothing: SmoothingStep | None = None
     output_sqnr: tuple[float, float] | None = field(default=None, metadata=_json.optional())
+    at_start: bool = False
 
     @property
     def changes(self) -> tuple[TensorChoice, ...]:

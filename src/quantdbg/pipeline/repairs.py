@@ -150,18 +150,33 @@ class _Gate(_Pass[EqualizeRepairConfig | BiasCorrectionRepairConfig]):
     """A pass whose repaired model is evaluated only when its outputs are closer to FP32."""
 
     def _checked(self, proposal: Proposal, stage: Stage, context: AutoContext) -> Proposal:
-        """``proposal`` when its outputs' SQNR against FP32 on the first samples beats ``stage``'s by more
-        than ``min_sqnr_gain``; else the same without its stage (not evaluated), saying why."""
-        gain, samples = self.config.min_sqnr_gain, self.config.gate_samples
-        if gain is None or proposal.stage is None:
-            return proposal
-        before, after = context.output_sqnr(stage, samples), context.output_sqnr(proposal.stage, samples)
-        measured = f"output SQNR against FP32 on the first {samples} samples {before:.3g} -> {after:.3g} dB"
-        if after - before > gain:
-            return replace(proposal, reason=f"{proposal.reason}; {measured}", output_sqnr=(before, after))
-        need = "a gain" if gain == 0 else f"a gain above {gain:g} dB"
-        return replace(proposal, stage=None, output_sqnr=(before, after),
-                       reason=f"{proposal.reason}; not evaluated: {measured}, {need} is needed")
+        return gated(proposal, stage, context, self.config.min_sqnr_gain, self.config.gate_samples)
+
+
+def gated(proposal: Proposal, stage: Stage, context: AutoContext, gain: float | None,
+          samples: int) -> Proposal:
+    """``proposal`` when its outputs' SQNR against FP32 on the first ``samples`` samples beats ``stage``'s by
+    more than ``gain`` dB (None: no gate); else the same without its stage (not evaluated), saying why.
+
+    Args:
+        proposal: A repair's proposal for ``stage``.
+        stage: The model it repairs.
+        context: Measures the output SQNRs (stored passes).
+        gain: The gain needed (dB).
+        samples: Samples the outputs are compared on.
+
+    Returns:
+        The proposal, its reason and ``output_sqnr`` saying what was measured.
+    """
+    if gain is None or proposal.stage is None:
+        return proposal
+    before, after = context.output_sqnr(stage, samples), context.output_sqnr(proposal.stage, samples)
+    measured = f"output SQNR against FP32 on the first {samples} samples {before:.3g} -> {after:.3g} dB"
+    if after - before > gain:
+        return replace(proposal, reason=f"{proposal.reason}; {measured}", output_sqnr=(before, after))
+    need = "a gain" if gain == 0 else f"a gain above {gain:g} dB"
+    return replace(proposal, stage=None, output_sqnr=(before, after),
+                   reason=f"{proposal.reason}; not evaluated: {measured}, {need} is needed")
 
 
 def with_per_tensor(config: CalibConfig, choices: Mapping[str, CalibratorSpec]) -> CalibConfig:
@@ -183,6 +198,27 @@ class CalibratorRepair(_Pass[CalibratorRepairConfig]):
     """Per-tensor calibrator choice from the sensitivity evidence."""
 
     name: Repair = "calibrator"
+
+    def as_start(self, stage: Stage, context: AutoContext) -> Proposal:
+        """The choice proposed as the INT8 start instead of ``stage`` (the default calibration), before
+        any task-metric evaluation: no stage unless its outputs beat ``stage``'s by more than
+        ``start_sqnr_gain`` (or when every tensor has its best calibrator already).
+
+        Args:
+            stage: The default INT8 stage.
+            context: Runs the stored passes (evidence, output SQNRs).
+
+        Returns:
+            The proposal; its reason says what the start gate measured.
+        """
+        if self.config.start_sqnr_gain is None:
+            return Proposal(self.name, None, "the start gate is off (start_sqnr_gain None)")
+        proposal = gated(self.apply(stage, context), stage, context, self.config.start_sqnr_gain,
+                         self.config.gate_samples)
+        if proposal.stage is None:
+            return proposal
+        return replace(proposal, reason=f"chosen as the INT8 start before any evaluation (the default "
+                                        f"calibration was not evaluated): {proposal.reason}")
 
     def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
         """``stage`` with each tensor's best calibrator, the ranges re-derived from its statistics (it holds
@@ -341,4 +377,4 @@ REPAIR_PASSES: Mapping[Repair, Callable[[AutoConfig], RepairPass]] = MappingProx
 
 
 __all__ = ["REPAIR_PASSES", "BiasCorrectionRepair", "CalibratorRepair", "EqualizeRepair", "Proposal",
-           "RepairPass", "SmoothQuantRepair", "with_per_tensor"]
+           "RepairPass", "SmoothQuantRepair", "gated", "with_per_tensor"]

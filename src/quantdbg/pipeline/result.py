@@ -57,7 +57,8 @@ class AutoResult(_display.Displayable, _Fields, Serializable):
         target: The target (a relative-loss target with its FP32 reference).
         metric: The task metric's name.
         fp32_value: Task metric of the FP32 model.
-        int8_value: Of the default INT8 model.
+        int8_value: Of the INT8 start: the default INT8 model, or the per-tensor calibrator choice when
+            it became the start (its repair record says ``at_start``).
         repaired_value: Of the INT8 model after the repairs kept (= ``int8_value`` when none was).
         final_value: Of the final model (verified on the real mixed model when layers were excluded).
         n_layers: Quantized layers.
@@ -132,9 +133,14 @@ def _final(result: AutoResult) -> str:
     target, value = result.target, result.final_value
     loss = (f"loss {target.relative_loss(value):.3g} %; "
             if target.kind == "relative_loss" and target.reference is not None else "")
-    repaired = f", repaired {result.repaired_value:.4g}" if result.recipe.kept else ""
-    return (f"{result.metric} {value:.4g} ({loss}FP32 {result.fp32_value:.4g}, default INT8 "
+    repaired = f", repaired {result.repaired_value:.4g}" if result.repaired_value != result.int8_value else ""
+    start = "INT8 with the calibrator per tensor" if _chosen_start(result) else "default INT8"
+    return (f"{result.metric} {value:.4g} ({loss}FP32 {result.fp32_value:.4g}, {start} "
             f"{result.int8_value:.4g}{repaired})")
+
+
+def _chosen_start(result: AutoResult) -> bool:
+    return any(r.at_start for r in result.recipe.repairs)
 
 
 def _best(plan: FallbackPlan, target: FallbackTarget) -> FallbackEvaluation | None:
@@ -168,8 +174,10 @@ def _verdict(result: AutoResult) -> str:
     if result.outcome == "int8":
         return f"Default INT8 meets {target}: {final}; all {n} layers stay in INT8."
     if result.outcome == "repaired":
-        return (f"INT8 repaired by {' + '.join(result.recipe.kept)} meets {target}: {final}; all {n} layers "
-                "stay in INT8.")
+        how = "repaired by " + " + ".join(result.recipe.kept)
+        if _chosen_start(result) and result.repaired_value == result.int8_value:
+            how = "with the calibrator per tensor"
+        return f"INT8 {how} meets {target}: {final}; all {n} layers stay in INT8."
     share = 100.0 * k / max(n, 1)
     out = f"{k} of {n} layers ({share:.0f} %) out of INT8 in {result.recipe.precision.value}"
     if result.outcome == "fallback":

@@ -19,13 +19,19 @@ def _loss(result: AutoResult, value: float) -> float | None:
 def _summary(result: AutoResult) -> Table:
     n, k = result.n_layers, len(result.exclude)
     rows = [("FP32", 0, result.fp32_value, _loss(result, result.fp32_value)),
-            ("default INT8", n, result.int8_value, _loss(result, result.int8_value))]
-    if result.recipe.kept:
+            (_start_label(result), n, result.int8_value, _loss(result, result.int8_value))]
+    if result.repaired_value != result.int8_value:
         rows.append((f"repaired ({' + '.join(result.recipe.kept)})", n, result.repaired_value,
                      _loss(result, result.repaired_value)))
     rows.append(("final", n - k, result.final_value, _loss(result, result.final_value)))
     return Table(("model", "layers in INT8", result.metric, "relative loss (%)"), tuple(rows), "auto-summary",
                  f"Task metric at each step ({result.target.describe()}).")
+
+
+def _start_label(result: AutoResult) -> str:
+    if any(r.at_start for r in result.repairs):
+        return "INT8 start (calibrator per tensor)"
+    return "default INT8"
 
 
 def _repairs(records: tuple[RepairRecord, ...]) -> Table:
