@@ -20,6 +20,11 @@ Recorded: every call of the validation function (items, metric, seconds, and who
 mode probe, the FP32/INT8 baselines, the ranking, the per-item collection, the revert loop), NNCF's
 own report of the groups it reverted, and which Conv/ConvTranspose/Gemm/MatMul nodes compute in INT8
 (both inputs read through DequantizeLinear) in NNCF's INT8 model and in its final model.
+
+TensorRT builds INT8 Q/DQ with zero point 0 only, and NNCF quantizes most activations (those after a
+ReLU) to UINT8. So each of NNCF's two models is also scored in TensorRT's form (:func:`trt_form`:
+every such Q/DQ pair made INT8 with zero point 0 over the same clipping range), outside NNCF's run
+like the final check, with the count of its QuantizeLinear nodes that are not INT8.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -49,6 +56,11 @@ PHASES = (("determine_mode", "mode probe"), ("_calculate_ranking_score", "rank")
           ("collect_values_for_each_item_using_prepared_model", "per-item"),
           ("collect_metric_results", "baseline"), ("_apply", "revert"))
 ROWS_PER_RUN = 32
+UNCOUNTED = ("final check", "trt form check")  # validations run after NNCF's, not part of its cost
+# The integer range of each Q/DQ type (ONNX element types); TensorRT's INT8 is symmetric, zero point 0.
+QRANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+          TensorProto.INT16: (-32768, 32767)}
+INT8_MAX = 127
 
 
 class Validation:
@@ -122,6 +134,133 @@ def int8_layers(model: Any) -> dict[str, bool]:
             for node in model.graph.node if node.op_type in LAYER_OPS}
 
 
+def _initializer(node: Any, index: int, inits: dict[str, Any]) -> np.ndarray:
+    name = node.input[index]
+    if name not in inits:
+        role = "scale" if index == 1 else "zero point"
+        raise ValueError(f"{node.op_type} {node.name!r}: its {role} {name!r} is not an initializer; the "
+                         "TensorRT-form rewrite reads Q/DQ parameters from initializers only (fold "
+                         "Constant nodes into initializers first, e.g. onnx-graphsurgeon's fold_constants).")
+    return numpy_helper.to_array(inits[name])
+
+
+def _qparams(node: Any, inits: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, int]:
+    """A Q/DQ node's scale, zero point (int64) and integer type. Without a zero point the type is the
+    ``output_dtype`` attribute's, else UINT8, as ONNX defines it."""
+    scale = _initializer(node, 1, inits)
+    if len(node.input) > 2 and node.input[2]:
+        return scale, _initializer(node, 2, inits).astype(np.int64), inits[node.input[2]].data_type
+    attr = next((a.i for a in node.attribute if a.name == "output_dtype" and a.i), TensorProto.UINT8)
+    return scale, np.zeros((), np.int64), attr
+
+
+def _needs_rewrite(zero_point: np.ndarray, qtype: int) -> bool:
+    if qtype not in QRANGE:
+        raise ValueError(f"Q/DQ type {TensorProto.DataType.Name(qtype)} has no TensorRT-form rewrite "
+                         f"(known: {', '.join(TensorProto.DataType.Name(t) for t in QRANGE)}).")
+    return qtype != TensorProto.INT8 or bool(zero_point.any())
+
+
+def quantizer_types(model: Any) -> dict[str, Any]:
+    """How many QuantizeLinear nodes quantize to each integer type, and how many not to INT8."""
+    inits = {i.name: i for i in model.graph.initializer}
+    types = [_qparams(n, inits)[2] for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    names = [TensorProto.DataType.Name(t) for t in types]
+    return {"total": len(types), "non_int8": sum(t != TensorProto.INT8 for t in types),
+            "by_type": {name: names.count(name) for name in sorted(set(names))}}
+
+
+def _trt_pair(q: Any, dqs: list[Any], inits: dict[str, Any]) -> list[Any]:
+    """The INT8 zero-point-0 scale and zero point of one Q/DQ pair, checked to be a pair."""
+    scale, zero_point, qtype = _qparams(q, inits)
+    if not dqs or any(n.op_type != "DequantizeLinear" for n in dqs):
+        raise ValueError(f"QuantizeLinear {q.name!r}: its output {q.output[0]!r} is not read by "
+                         "DequantizeLinear nodes only; the TensorRT-form rewrite needs Q/DQ pairs.")
+    for dq in dqs:
+        dq_scale, dq_zero, dq_type = _qparams(dq, inits)
+        if dq_type != qtype or not (np.array_equal(dq_scale, scale) and np.array_equal(dq_zero, zero_point)):
+            raise ValueError(f"DequantizeLinear {dq.name!r} does not use the scale, zero point and type "
+                             f"of its QuantizeLinear {q.name!r}; the rewrite needs matching pairs.")
+    lo, hi = QRANGE[qtype]
+    # The same clipping range, symmetric: the largest magnitude either side of the zero point.
+    wide = np.maximum(zero_point - lo, hi - zero_point).astype(np.float64)
+    new_scale = (scale.astype(np.float64) * wide / INT8_MAX).astype(scale.dtype)
+    return [numpy_helper.from_array(new_scale, f"{q.output[0]}_trt_scale"),
+            numpy_helper.from_array(np.zeros(new_scale.shape, np.int8), f"{q.output[0]}_trt_zero_point")]
+
+
+def trt_form(model: Any) -> tuple[Any, int]:
+    """``model`` in TensorRT's INT8 form, and how many Q/DQ pairs changed (the model is not modified).
+
+    Each pair whose type is not INT8, or INT8 with a nonzero zero point, becomes INT8 with zero
+    point 0 and scale s' = s * max(zp - qmin, qmax - zp) / 127 ((qmin, qmax) the old type's range):
+    the same largest magnitude, half the levels for a UINT8 ReLU output. A stored quantized tensor
+    read by DequantizeLinear alone would need requantizing and is refused."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    inits = {i.name: i for i in graph.initializer}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    quantized = {n.output[0] for n in graph.node if n.op_type == "QuantizeLinear"}
+    changed = 0
+    for q in [n for n in graph.node if n.op_type == "QuantizeLinear"]:
+        dqs = readers.get(q.output[0], [])
+        if not _needs_rewrite(*_qparams(q, inits)[1:]):
+            continue
+        new = _trt_pair(q, dqs, inits)
+        if any(t.name in inits for t in new):
+            raise ValueError(f"QuantizeLinear {q.name!r}: the model already has a tensor {new[0].name!r}.")
+        graph.initializer.extend(new)
+        for node in (q, *dqs):
+            del node.input[1:]
+            node.input.extend([t.name for t in new])
+        _drop_attribute(q, "output_dtype")
+        _retype(graph, q.output[0])
+        changed += 1
+    lone = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] not in quantized
+            and _needs_rewrite(*_qparams(n, inits)[1:])]
+    if lone:
+        raise ValueError(f"DequantizeLinear {lone[0].name!r} reads a stored quantized tensor that is not "
+                         "INT8 with zero point 0; the TensorRT-form rewrite handles Q/DQ pairs only.")
+    return _without_unread(out), changed
+
+
+def _retype(graph: Any, tensor: str) -> None:
+    """Records ``tensor`` as INT8 wherever the graph states its type (NNCF's models keep value_info)."""
+    for info in (*graph.value_info, *graph.output):
+        if info.name == tensor:
+            info.type.tensor_type.elem_type = TensorProto.INT8
+
+
+def _drop_attribute(node: Any, name: str) -> None:
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+
+
+def _without_unread(model: Any) -> Any:
+    """``model`` without the initializers no node reads any more (the replaced scales and zero points)."""
+    read = {name for node in model.graph.node for name in node.input}
+    kept = [t for t in model.graph.initializer if t.name in read]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    return model
+
+
+def trt_check(validation: Validation, model: Any, items: list[Any], metric: float | None
+              ) -> tuple[float | None, dict[str, Any]]:
+    """The task metric of ``model`` in TensorRT's form (``metric``, its own, when no pair changes),
+    scored outside NNCF's run, and the types of its quantizers."""
+    rewritten, pairs = trt_form(model)
+    if pairs:
+        metric, _ = validation(rewritten, items)
+        validation.calls[-1]["phase"] = "trt form check"
+    return metric, {**quantizer_types(model), "rewritten": pairs}
+
+
 def _calibration(task: Any) -> list[dict[str, np.ndarray]]:
     if isinstance(task.calib, list):
         return list(task.calib)
@@ -161,7 +300,6 @@ def _spy_quantize(spent: list[float]) -> None:
 def run(name: str, path: Path, max_rel_loss: float, work: Path) -> dict[str, Any]:
     """One accuracy-controlled quantization; the measurements as a JSON-able dict."""
     import nncf
-    import onnx
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     start = time.perf_counter()
@@ -184,10 +322,14 @@ def run(name: str, path: Path, max_rel_loss: float, work: Path) -> dict[str, Any
     int8 = onnx.load(str(work / "intermediate_model.onnx"))
     final_metric, _ = validation(final, items)  # scored once more, outside NNCF's run: not counted
     validation.calls[-1]["phase"] = "final check"
+    baseline = [c["metric"] for c in validation.calls if c["phase"] == "baseline"]
+    int8_trt, int8_types = trt_check(validation, int8, items, baseline[1] if len(baseline) > 1 else None)
+    final_trt, final_types = trt_check(validation, final, items, final_metric)
     report = reports[0] if reports else None
     return {"wall_s": round(wall, 2), "quantize_s": round(sum(quantize_s), 2), "calls": validation.calls,
             "n_items": len(items), "final": final_metric, "int8_layers": int8_layers(int8),
-            "final_layers": int8_layers(final),
+            "final_layers": int8_layers(final), "int8_trt": int8_trt, "final_trt": final_trt,
+            "uint8_quantizers": {"int8": int8_types, "final": final_types},
             "reverted_groups": [] if report is None else [
                 {"operations": [n.node_name for n in g.operations],
                  "quantizers": [n.node_name for n in g.quantizers]} for g in report.removed_groups],

@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 import export_forms  # noqa: E402
 from _bench import REPO, run_child  # noqa: E402
-from _nncf_peer import int8_layers  # noqa: E402
+from _nncf_peer import UNCOUNTED, int8_layers  # noqa: E402
 from _zoo_tasks import ZOO, bench_task, ctc_exact, mrr, run_command, silero_auc, write_section  # noqa: E402
 
 import quantdbg  # noqa: E402
@@ -238,7 +238,7 @@ def score_file(name: str, path: Path, task: Any) -> float:
 def nncf_summary(found: dict[str, Any]) -> dict[str, Any]:
     """NNCF's run in the row's terms: baselines, validations by kind, layers out of INT8."""
     calls, n = found["calls"], found["n_items"]
-    counted = [c for c in calls if c["phase"] != "final check"]
+    counted = [c for c in calls if c["phase"] not in UNCOUNTED]
     baseline = [c["metric"] for c in counted if c["phase"] == "baseline"]
     full = [c for c in counted if c["items"] == n and c["phase"] != "rank"]
     items = sum(c["items"] for c in counted)
@@ -253,7 +253,8 @@ def nncf_summary(found: dict[str, Any]) -> dict[str, Any]:
             "item_validations": sum(c["phase"] == "per-item" for c in counted),
             "item_equivalents": round(items / n, 2),
             "validation_s": round(sum(c["seconds"] for c in counted), 2), "quantize_s": found["quantize_s"],
-            "wall_s": found["wall_s"], "calls": calls}
+            "wall_s": found["wall_s"], "calls": calls, "int8_trt": found.get("int8_trt"),
+            "final_trt": found.get("final_trt"), "uint8_quantizers": found.get("uint8_quantizers")}
 
 
 def library_commit() -> str:
@@ -287,7 +288,8 @@ def run(name: str, form: str, work: Path, max_rel_loss: float = MAX_REL_LOSS) ->
     row["modelopt_int8"] = modelopt_metric(name, path, work)
     shown = ("model", "form", "fp32", "int8", "final", "share", "n_evaluations")
     print(json.dumps({k: row.get(k) for k in shown}), json.dumps({k: row.get("nncf", {}).get(k) for k in (
-        "status", "int8", "final", "excluded", "full_validations")}), file=sys.stderr, flush=True)
+        "status", "int8", "final", "int8_trt", "final_trt", "excluded", "full_validations")}),
+          file=sys.stderr, flush=True)
     return row
 
 
@@ -303,6 +305,24 @@ def _secs(value: float | None) -> str:
 
 def _ratio(a: float | None, b: float | None) -> str:
     return "n/a" if not a or not b else f"{a / b:.2f}"
+
+
+def _quantizers(types: dict[str, Any]) -> str:
+    """'5 of 12 UINT8': a model's QuantizeLinear nodes that are not INT8, of all."""
+    other = [t for t in types["by_type"] if t != "INT8"]
+    return f"{types['non_int8']} of {types['total']} {'/'.join(other) or 'not INT8'}"
+
+
+def _trt_cell(n: dict[str, Any]) -> str:
+    """NNCF's INT8 and final metric in TensorRT's INT8 form, and the final model's quantizers not INT8
+    (n/a in rows recorded before these were measured)."""
+    types = n.get("uint8_quantizers")
+    if types is None:
+        return "n/a"
+    count = _quantizers(types["final"])
+    if types["int8"]["non_int8"] != types["final"]["non_int8"]:  # reverted quantizers
+        count += f"; INT8 model {types['int8']['non_int8']}"
+    return f"{_fmt(n.get('int8_trt'))} / {_fmt(n.get('final_trt'))} ({count})"
 
 
 def _row_cells(r: dict[str, Any]) -> str:
@@ -326,7 +346,7 @@ def _row_cells(r: dict[str, Any]) -> str:
                        for k in ("evaluations_s", "analysis_s", "gates_s", "bias_pass_s", "overhead_s"))
     return (f"| {r['model']} | {form} | {_fmt(r['fp32'])} | {_fmt(r.get('modelopt_int8'))} | "
             f"{_fmt(r['int8'])} / {_fmt(n.get('int8'))} | {_fmt(r['final'])} / {_fmt(n.get('final'))} | "
-            f"{q_out} / {n_out} of {len(r.get('final_layers', {}))} | "
+            f"{_trt_cell(n)} | {q_out} / {n_out} of {len(r.get('final_layers', {}))} | "
             f"{q_evals} / {n_evals} | "
             f"{wall:.0f} / {_secs(n.get('wall_s'))} ({_ratio(wall, n.get('wall_s'))}) | "
             f"{r['peak_rss_mib']:.0f} / {n.get('peak_rss_mib', 0):.0f} MiB | {split} % | {r['load1']:.1f} |")
@@ -349,15 +369,20 @@ def section(rows: list[dict[str, Any]], command: str, commit: str, notes: str) -
              "operations (every op of its reverted quantizer groups) in brackets. Evaluations: quantdbg's "
              "full task-metric evaluations + those on the first 64 samples (the output-space ranking), per "
              "phase / NNCF's validation-function calls on the full set + on its ranking subset + on single "
-             "items. Time: around the API call "
+             "items. NNCF in TensorRT's INT8: NNCF's INT8 / final model scored with each Q/DQ pair that is "
+             "not INT8 with zero point 0 (NNCF quantizes ReLU outputs to UINT8, which TensorRT does not "
+             "build) made INT8 with zero point 0 over the same clipping range (half the levels), and how "
+             "many QuantizeLinear nodes of its final model are not INT8 (its weights are stored in INT8, "
+             "without QuantizeLinear). Time: around the API call "
              "(ratio quantdbg/NNCF); RSS: the process's peak. Cost split (quantdbg): evaluations (full "
              "passes over the evaluation data + the metric) / analysis / gates / bias pass / overhead "
              "(everything but the "
              "evaluations and the first calibration pass; the analysis, the repairs' output-SQNR gates and "
              "the bias-correction pass are part of it).", "",
-             "| model | form | FP32 | ModelOpt INT8 | INT8 | final | out of INT8 | evaluations | time | "
-             "peak RSS | eval / analysis / gates / bias pass / overhead | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| model | form | FP32 | ModelOpt INT8 | INT8 | final | "
+             "NNCF in TensorRT's INT8 (INT8 / final) | out of INT8 | evaluations | time | peak RSS | "
+             "eval / analysis / gates / bias pass / overhead | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_row_cells(r) for r in rows]
     lines += ["", notes.strip(), "", "Layers kept out of INT8, per run (quantdbg; NNCF):", ""]
     for r in (r for r in rows if r["status"] == "ok"):
