@@ -253,8 +253,12 @@ def _without_unread(model: Any) -> Any:
 def trt_check(validation: Validation, model: Any, items: list[Any], metric: float | None
               ) -> tuple[float | None, dict[str, Any]]:
     """The task metric of ``model`` in TensorRT's form (``metric``, its own, when no pair changes),
-    scored outside NNCF's run, and the types of its quantizers."""
-    rewritten, pairs = trt_form(model)
+    scored outside NNCF's run, and the types of its quantizers. A model the rewrite refuses keeps NNCF's
+    own measurements: its metric is None and the refusal is recorded."""
+    try:
+        rewritten, pairs = trt_form(model)
+    except ValueError as err:  # one column lost, not the row's NNCF run
+        return None, {**quantizer_types(model), "rewritten": 0, "error": str(err)}
     if pairs:
         metric, _ = validation(rewritten, items)
         validation.calls[-1]["phase"] = "trt form check"
