@@ -85,6 +85,7 @@ class AutoContext:
         self.journal = journal
         self.runner_factory = default_runner_factory(config.threads)
         self.last_report: SensitivityReport | None = None
+        self._head_references: dict[str, dict[str, np.ndarray]] = {}  # FP32 outputs on the first batches
 
     def stage(self, fp: LoadedModel, calib_config: CalibConfig,
               smoothing: SmoothingStep | None = None) -> Stage:
@@ -152,15 +153,19 @@ class AutoContext:
         """The SQNR (dB) of ``stage``'s Q/DQ model's outputs against its FP32 model's, pooled over every
         output, on the fewest first batches of the evaluation data holding ``samples`` samples (two
         short passes, no task-metric evaluation; the value is kept in the journal)."""
+        fp_key = model_key(stage.fp.proto)
+
         def measure() -> float:
             with self.evaluator(stage) as evaluator:
                 batches = evaluator.batches_holding(samples)
-                reference = concat_batches(evaluator.head_reference(batches))
+                head = f"{fp_key}:{batches}"
+                if head not in self._head_references:  # one FP32 pass per model, however many gates
+                    self._head_references[head] = concat_batches(evaluator.head_reference(batches))
             with self.runner_factory(stage.qmodel.model) as runner:
                 outputs = [runner.infer(feed) for feed in itertools.islice(self.evals, batches)]
-            return OutputMetric("sqnr").from_outputs(concat_batches(outputs), reference)
+            return OutputMetric("sqnr").from_outputs(concat_batches(outputs), self._head_references[head])
 
-        key = f"output_sqnr:{model_key(stage.qmodel.model)}:{model_key(stage.fp.proto)}:{samples}"
+        key = f"output_sqnr:{model_key(stage.qmodel.model)}:{fp_key}:{samples}"
         return self.journal.stored(key, measure, _json.encode,
                                    lambda data, where: _json.decode(float, data, where))  # type: ignore[no-any-return]
 
