@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import quantdbg
-from quantdbg.config import Precision
+from quantdbg.config import CalibConfig, Precision
 from quantdbg.errors import ConfigError
+from quantdbg.evaluation import OutputFunction
 from quantdbg.fallback import FallbackConfig, FallbackTarget
 from quantdbg.pipeline import AutoConfig, AutoRecipe, CalibratorRepairConfig
 from quantdbg.report import render_markdown
@@ -89,3 +90,51 @@ def test_the_start_gate_settings_are_checked(kwargs, message):
     with pytest.raises(ConfigError) as err:
         CalibratorRepairConfig(**kwargs)
     assert str(err.value) == message
+
+
+def _typical_sqnr(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
+    """Output SQNR (dB) on the rows whose reference output is not from an outlier sample (|y| < 10): a task
+    metric the default calibration (entropy, clipping the +-40 inputs) wins and minmax loses."""
+    ref, out = reference["y"].astype(np.float64), outputs["y"].astype(np.float64)
+    rows = np.abs(ref).max(axis=1) < 10.0
+    noise = float(((out[rows] - ref[rows]) ** 2).sum())
+    return 200.0 if noise == 0 else float(10 * np.log10((ref[rows] ** 2).sum() / noise))  # FP32: 200
+
+
+def test_a_start_that_misses_the_target_gives_the_default_calibration_back():
+    """The start gate picks the choice (all outputs closer to FP32), the task metric prefers the default:
+    the calibrator repair evaluates the default back, and it is kept."""
+    rng = np.random.default_rng(0)
+    model, calib, evals = ma.clipped_mlp(), ma.clipped_inputs(rng), ma.clipped_inputs(rng)
+    metric = OutputFunction(_typical_sqnr, "typical SQNR")
+    config = AutoConfig(threads=1, repairs=("calibrator",), fallback=FP32)
+    met = quantdbg.auto(model, calib, evals, FallbackTarget.min_metric(0.0), metric=metric, config=config)
+    assert met.repairs[0].at_start  # the start gate takes the choice: which tensors it changes
+    default = quantdbg.quantize(model, calib, CalibConfig())
+    chosen = quantdbg.quantize(model, calib, CalibConfig(per_tensor={c.tensor: c.calibrator
+                                                                     for c in met.repairs[0].changes}))
+    fp32 = _outputs(model, evals)
+    scores = [metric.from_outputs(_outputs(q.model, evals), fp32) for q in (default, chosen)]
+    assert scores[0] > scores[1] + 1.0  # the scenario: the default is better on the task metric
+    target = FallbackTarget.min_metric(sum(scores) / 2)
+    result = quantdbg.auto(model, calib, evals, target, metric=metric, config=config)
+    assert result.outcome == "repaired" and result.met and result.exclude == ()
+    assert dict(result.evaluations) == {"reference": 1, "int8": 1, "calibrator": 1}
+    start, back = result.repairs
+    assert (start.at_start, start.kept) == (True, False)  # the start's choice, given up
+    assert (back.at_start, back.applied, back.kept) == (False, True, True)
+    assert back.after == pytest.approx(scores[0], abs=1e-6)
+    # the choice's ranges re-derived from the flow's histograms, not from a fresh calibration's
+    assert back.before == pytest.approx(scores[1], abs=0.1) and back.before < target.threshold
+    assert result.int8_value == back.before and result.final_value == back.after
+    assert result.recipe.calib.per_tensor == {} and result.recipe.kept == ("calibrator",)
+    assert _scales(result.model) == _scales(default)
+
+
+def _outputs(model, evals) -> dict[str, np.ndarray]:  # noqa: ANN001
+    import onnxruntime as ort
+    return {"y": ort.InferenceSession(model.SerializeToString()).run(None, {"x": evals["x"]})[0]}
+
+
+def _scales(qmodel) -> list[tuple[str, int, bytes]]:  # noqa: ANN001
+    return [(r.node, r.input_index, np.asarray(r.scale, np.float32).tobytes()) for r in qmodel.records]

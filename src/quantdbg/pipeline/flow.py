@@ -39,7 +39,7 @@ from quantdbg.pipeline.config import PHASES, AutoConfig, Outcome
 from quantdbg.pipeline.context import AutoContext, Stage
 from quantdbg.pipeline.recipe import AutoRecipe
 from quantdbg.pipeline.records import RepairRecord
-from quantdbg.pipeline.repairs import REPAIR_PASSES, CalibratorRepair, Proposal
+from quantdbg.pipeline.repairs import REPAIR_PASSES, CalibratorRepair, Proposal, RepairPass
 from quantdbg.pipeline.result import AutoResult
 from quantdbg.qdq import QuantizedModel, remove_qdq
 from quantdbg.sensitivity.journaled import JournaledMetric, model_key
@@ -177,11 +177,9 @@ class _Flow:
         for name in self.config.repairs:
             if self.target.is_met(value):
                 break
-            if any(r.repair == name and r.at_start for r in self.records):
-                continue  # the INT8 start has it already
             repair = REPAIR_PASSES[name](self.config)
             with self.context.in_phase(name):
-                proposal = repair.apply(stage, self.context)
+                proposal = self._propose(repair, stage)
                 if proposal.stage is None:
                     self.records.append(proposal.record(value))
                     continue
@@ -190,7 +188,17 @@ class _Flow:
             self.records.append(proposal.record(value, after, kept))
             if kept:
                 stage, value = proposal.stage, after
+                if name == "calibrator":  # the default calibration back: the start's choice is given up
+                    self.records = [replace(r, kept=False) if r.at_start else r for r in self.records]
         return stage, value
+
+    def _propose(self, repair: RepairPass, stage: Stage) -> Proposal:
+        """The repair's proposal; once the calibrator choice made the INT8 start and the target was missed,
+        the calibrator repair proposes the default calibration back (the start gate only predicted
+        the choice was better: it is the one calibration left to try)."""
+        if isinstance(repair, CalibratorRepair) and any(r.at_start for r in self.records):
+            return repair.back_to_default(stage, self.context)
+        return repair.apply(stage, self.context)
 
     def _fallback(self, stage: Stage, values: Values) -> AutoResult:
         """Ranks and searches from the repaired model; stops within the share limit."""

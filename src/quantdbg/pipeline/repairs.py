@@ -220,6 +220,23 @@ class CalibratorRepair(_Pass[CalibratorRepairConfig]):
         return replace(proposal, reason=f"chosen as the INT8 start before any evaluation (the default "
                                         f"calibration was not evaluated): {proposal.reason}")
 
+    def back_to_default(self, stage: Stage, context: AutoContext) -> Proposal:
+        """``stage`` with the flow's default calibration back (its ``per_tensor`` choices), once the choice
+        made the INT8 start and the target was missed: the start gate only predicted the choice was
+        better, and the default is the one calibration left to try (no pass over the data).
+
+        Args:
+            stage: The stage the INT8 start led to.
+            context: Holds the flow's default calibration config.
+
+        Returns:
+            The proposal to evaluate.
+        """
+        config = replace(stage.calib_config, per_tensor=context.config.calib.per_tensor)
+        default = context.recalibrated(stage, config, recalibrate(stage.calibration, config, stage.plan))
+        return Proposal(self.name, default, "the default calibration back, instead of the calibrator choice "
+                        "the INT8 start took")
+
     def _propose(self, stage: Stage, context: AutoContext) -> Proposal:
         """``stage`` with each tensor's best calibrator, the ranges re-derived from its statistics (it holds
         histograms for every tensor); the evidence is a stored pass (the calibrator comparison alone, no
