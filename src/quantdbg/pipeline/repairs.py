@@ -19,6 +19,12 @@ when the task metric improves.
   taken out of the biases (:func:`quantdbg.calibration.correct_biases`, one pass;
   ``CalibConfig.bias_correction``).
 
+The calibrator choice is also offered as the INT8 start, before the first evaluation
+(:meth:`CalibratorRepair.as_start`, behind an output-SQNR gate of its own); when that start then misses
+the target, the calibrator repair evaluates the default calibration back
+(:meth:`CalibratorRepair.back_to_default`), so a gate that mispredicts costs one evaluation and never
+the better calibration.
+
 Equalization and bias correction are recorded as the calibration config's flags, so the recipe's
 ``calib`` re-applies them. Both are gated: the repaired model is evaluated only when its outputs on
 the first samples of the evaluation data are closer to FP32 (a higher SQNR) than the current
