@@ -48,12 +48,15 @@ def test_met_with_an_evaluation_command_exits_0(files, capsys, tmp_path):
     result = AutoResult.read(plan)
     assert result.outcome == "repaired" and result.metric == "command"
     assert result.fp32_value == pytest.approx(1.0)
-    assert result.int8_value < 0.5 and 0.95 <= result.final_value < 1.0
-    # the calibrator choice meets the target: bias correction and equalization are not tried
-    assert [(r.repair, r.applied, r.kept) for r in result.repairs] == [("calibrator", True, True)]
+    assert 0.95 <= result.int8_value == result.final_value < 1.0
+    # the calibrator choice is the INT8 start (its outputs are far closer to FP32) and meets the target:
+    # the default calibration and the other repairs cost no evaluation
+    decisions = [(r.repair, r.applied, r.kept, r.at_start) for r in result.repairs]
+    assert decisions == [("calibrator", True, True, True)]
     lines = stdout.splitlines()
-    assert lines[:2] == [result.message, "evaluations: reference 1, int8 1, calibrator 1 (3 in all)"]
-    assert stdout.startswith("INT8 repaired by calibrator meets relative loss <= 5 % of 1: command 0.9")
+    assert lines[:2] == [result.message, "evaluations: reference 1, int8 1 (2 in all)"]
+    assert stdout.startswith("INT8 with the calibrator per tensor meets relative loss <= 5 % of 1: "
+                             "command 0.9")
     # No layer left INT8, and the INT8 model at --out still gets its build commands: printed, in the
     # plan section of the JSON (no layer excluded), and in the report's Build section.
     assert result.plan is not None and result.plan.exclude == () and result.plan.build is not None
