@@ -387,13 +387,22 @@ def section(rows: list[dict[str, Any]], command: str, commit: str, notes: str) -
     lines += ["", notes.strip(), "", "Layers kept out of INT8, per run (quantdbg; NNCF):", ""]
     for r in (r for r in rows if r["status"] == "ok"):
         n = r.get("nncf", {})
-        kept = [rep["repair"] for rep in r["repairs"] if rep.get("kept")]
+        started = any(rep.get("at_start") for rep in r["repairs"])
+        kept = [_kept(rep, started) for rep in r["repairs"] if rep.get("kept")]
         target = "" if r["max_rel_loss"] == MAX_REL_LOSS else f" ({r['max_rel_loss']:g} %)"
         failed = "" if n.get("status") == "ok" else f" ({n.get('status')}: {n.get('error')})"
         lines.append(f"- {r['model']} / {r['form']}{target}: quantdbg {', '.join(r['excluded']) or 'none'} "
                      f"(repairs kept: {', '.join(kept) or 'none'}); NNCF "
                      f"{', '.join(n.get('excluded', [])) or 'none'}{failed}.")
     return "\n".join(lines)
+
+
+def _kept(repair: dict[str, Any], started: bool) -> str:
+    """A kept repair's name; the calibrator choice made the INT8 start (``started``), or the default
+    calibration the calibrator repair gives back when that start missed the target, said so."""
+    if repair["repair"] != "calibrator" or not started:
+        return str(repair["repair"])
+    return "calibrator (the INT8 start)" if repair.get("at_start") else "calibrator (the default back)"
 
 
 def _recorded(path: Path | None) -> list[dict[str, Any]]:
