@@ -308,9 +308,15 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def _quantizers(types: dict[str, Any]) -> str:
-    """'5 of 12 UINT8': a model's QuantizeLinear nodes that are not INT8, of all."""
+    """'5 of 12 UINT8': a model's QuantizeLinear nodes that are not INT8, of all; the INT8 ones with a
+    nonzero zero point (asymmetric: TensorRT does not build them either) counted apart."""
     other = [t for t in types["by_type"] if t != "INT8"]
-    return f"{types['non_int8']} of {types['total']} {'/'.join(other) or 'not INT8'}"
+    asymmetric = types.get("rewritten", types["non_int8"]) - types["non_int8"]
+    shifted = f"{asymmetric} of {types['total']} INT8 with a nonzero zero point"
+    if types["non_int8"] == 0 and asymmetric > 0:
+        return shifted
+    text = f"{types['non_int8']} of {types['total']} {'/'.join(other) or 'not INT8'}"
+    return f"{text}, {shifted}" if asymmetric > 0 else text
 
 
 def _trt_cell(n: dict[str, Any]) -> str:

@@ -125,3 +125,7 @@ def test_table_cell_shows_both_metrics_and_reads_rows_recorded_before():
     assert _trt_cell({**nncf, "uint8_quantizers": {"int8": types, "final": reverted}}) == (
         "0.9130 / 0.9150 (3 of 4 UINT8; INT8 model 5)")
     assert _trt_cell({"int8": 0.9, "final": 0.9}) == "n/a"  # a journal row from before
+    # INT8 with a nonzero zero point (asymmetric) is rewritten too, and said so
+    shifted = {"total": 36, "non_int8": 0, "by_type": {"INT8": 36}, "rewritten": 20}
+    assert _trt_cell({**nncf, "uint8_quantizers": {"int8": shifted, "final": shifted}}) == (
+        "0.9130 / 0.9150 (20 of 36 INT8 with a nonzero zero point)")
