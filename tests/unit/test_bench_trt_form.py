@@ -121,7 +121,7 @@ def test_table_cell_shows_both_metrics_and_reads_rows_recorded_before():
     types = {"total": 6, "non_int8": 5, "by_type": {"INT8": 1, "UINT8": 5}, "rewritten": 5}
     nncf = {"int8_trt": 0.913, "final_trt": 0.915, "uint8_quantizers": {"int8": types, "final": types}}
     assert _trt_cell(nncf) == "0.9130 / 0.9150 (5 of 6 UINT8)"
-    reverted = {**types, "total": 4, "non_int8": 3, "by_type": {"INT8": 1, "UINT8": 3}}
+    reverted = {**types, "total": 4, "non_int8": 3, "by_type": {"INT8": 1, "UINT8": 3}, "rewritten": 3}
     assert _trt_cell({**nncf, "uint8_quantizers": {"int8": types, "final": reverted}}) == (
         "0.9130 / 0.9150 (3 of 4 UINT8; INT8 model 5)")
     assert _trt_cell({"int8": 0.9, "final": 0.9}) == "n/a"  # a journal row from before
