@@ -6,7 +6,8 @@
    FP32 (:class:`~quantdbg.pipeline.config.CalibratorRepairConfig`, no task-metric evaluation);
 2. evaluate the FP32 model and the INT8 start on the task metric;
 3. repair: each repair of ``AutoConfig.repairs`` in turn (:mod:`quantdbg.pipeline.repairs`: the
-   calibrator per tensor from the calibrator evidence alone, bias correction, cross-layer
+   calibrator per tensor from the calibrator evidence alone, or the default calibration back when the
+   choice was the INT8 start, bias correction, cross-layer
    equalization, SmoothQuant), each evaluated only where its cheap evidence says it can help and
    kept only when the task metric improves; stop as soon as the target holds;
 4. rank: the sensitivity of the repaired model;
