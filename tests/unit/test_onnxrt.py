@@ -66,6 +66,14 @@ def test_context_manager_activates_and_deactivates(rng):
     assert str(err.value) == "onnxrt: call activate() (or use `with`) before infer()."
 
 
+def test_sessions_preallocate_no_memory_pattern():
+    """A preallocated pattern block outgrows the live peak on graphs with many branches (the local graphs
+    of the sensitivity evidence), so sessions allocate as they go."""
+    with OnnxrtRunner(models.conv_relu(), ONE_THREAD) as runner:
+        options = runner._session.get_session_options()
+    assert options.enable_mem_pattern is False and options.intra_op_num_threads == 1
+
+
 def test_input_specs_need_no_session():
     specs = OnnxrtRunner(models.conv_relu()).input_specs()
     assert list(specs) == ["x"] and specs["x"].shape == ("N", 3, 8, 8)
