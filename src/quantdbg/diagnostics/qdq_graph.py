@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from quantdbg.model.external import tensor_array
-from quantdbg.model.graph import trans_b
+from quantdbg.model.graph import constant_node_value, trans_b
 from quantdbg.model.weights import WEIGHTED_OPS, computed_constants
 from quantdbg.quant_math import QMAX, channel_scale, fake_quant, sqnr_db, weight_axis
 
@@ -31,13 +31,6 @@ def attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
         if attribute.name == name:
             return onnx.helper.get_attribute_value(attribute)
     return default
-
-
-def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
-    for attribute in node.attribute:
-        if attribute.name == "value":
-            return tensor_array(attribute.t)
-    return None
 
 
 @dataclass(frozen=True)
@@ -119,7 +112,7 @@ class QdqGraph:
                 if name:
                     self.consumers.setdefault(name, []).append(node)
             if node.op_type == "Constant" and node.output:
-                value = _constant_value(node)
+                value = constant_node_value(node)
                 if value is not None:
                     self.constants[node.output[0]] = LazyConstant.of_array(value)
         # What a QuantizeLinear reads through Transpose/Cast/... of constants is a weight too.

@@ -15,6 +15,7 @@ import onnx
 
 from quantdbg.config import TensorKind
 from quantdbg.model.external import tensor_nbytes, weight_bytes
+from quantdbg.model.graph import nodes_by_name
 from quantdbg.qdq import QuantizedModel
 from quantdbg.sensitivity.graphs import LocalVariant
 
@@ -28,7 +29,7 @@ def layer_weight_bytes(fp_model: onnx.ModelProto, qmodel: QuantizedModel,
                        layers: Iterable[str]) -> dict[str, int]:
     """Layer -> bytes of the FP32 weights its clone fake-quantizes (no data file is read)."""
     sizes = {init.name: tensor_nbytes(init) for init in fp_model.graph.initializer}
-    nodes = {node.name: node for node in fp_model.graph.node}
+    nodes = nodes_by_name(fp_model)
     found = {}
     for layer in layers:
         inputs = nodes[layer].input if layer in nodes else ()

@@ -18,6 +18,7 @@ from quantdbg.config import TensorKind
 from quantdbg.data import CalibrationData
 from quantdbg.evaluation import OutputMetrics
 from quantdbg.evaluation.metrics import MetricAccumulator
+from quantdbg.model.graph import value_types
 from quantdbg.quant_math import NSR_CAP, nsr
 from quantdbg.sensitivity.config import SensitivityConfig
 from quantdbg.sensitivity.graphs import paired_graph
@@ -25,7 +26,6 @@ from quantdbg.sensitivity.measurement import Measurement
 from quantdbg.sensitivity.reductions import DataPass, reduce_outputs, sums_to_metrics
 from quantdbg.sensitivity.report import TensorError
 from quantdbg.variants.evaluator import VariantEvaluator, VariantResult
-from quantdbg.variants.switch import float_value_types
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def cumulative_pairs(evaluator: VariantEvaluator) -> list[TensorPair]:
     qmodel, switch = evaluator.qmodel, evaluator.switch
     inserted = {r.dequantize_node for r in qmodel.records} | {r.quantize_node for r in qmodel.records}
     fp_nodes = {n.name: n for n in evaluator.fp_model.graph.node}
-    types = float_value_types(evaluator.fp_model)
+    types = value_types(evaluator.fp_model)
     pairs = []
     for node in switch.model.graph.node:
         fp_node = fp_nodes.get(node.name)

@@ -24,11 +24,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
+from quantdbg.model.graph import copy_model, float_tensors, nodes_by_name, proto_constant
 from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.quant_math import scale_from_amax
 from quantdbg.variants.lazy_pairs import copy_pair, lazy_pair
-from quantdbg.variants.switch import _constant, _copy, _float_tensors, _folded_weight, _nodes_by_name
+from quantdbg.variants.switch import folded_weight
 
 LOCAL_SUFFIX = "/quantdbg_local"
 REDUCTIONS = ("signal", "noise", "test", "max", "min", "count")
@@ -95,7 +96,7 @@ def _local_weight(qmodel: QuantizedModel, record: QdqRecord, q_nodes: Mapping[st
                   names: UniqueNames, inits: list[onnx.TensorProto]) -> str | None:
     """Adds the record's fake-quantized weight as a constant; None when it is not constant."""
     q = q_nodes.get(record.quantize_node) if record.quantize_node else None
-    values = _folded_weight(qmodel.model, record, q_nodes, q.input[0] if q is not None else "")
+    values = folded_weight(qmodel.model, record, q_nodes, q.input[0] if q is not None else "")
     if values is None:
         return None
     inits.append(numpy_helper.from_array(values, names(f"{record.tensor}{LOCAL_SUFFIX}/fake_quantized")))
@@ -103,9 +104,9 @@ def _local_weight(qmodel: QuantizedModel, record: QdqRecord, q_nodes: Mapping[st
 
 
 def _zero_point_dtype(qmodel: QuantizedModel, record: QdqRecord) -> np.dtype:
-    dq = _nodes_by_name(qmodel.model).get(record.dequantize_node)
+    dq = nodes_by_name(qmodel.model).get(record.dequantize_node)
     if dq is not None and len(dq.input) > 2 and dq.input[2]:
-        values = _constant(qmodel.model, dq.input[2])
+        values = proto_constant(qmodel.model, dq.input[2])
         if values is not None:
             return values.dtype
     return np.dtype(np.int8)
@@ -172,14 +173,14 @@ class _LocalBuilder:
     """The state :func:`local_graph` builds up: the FP32 copy, names, constants and reductions."""
 
     def __init__(self, fp_model: onnx.ModelProto, qmodel: QuantizedModel) -> None:
-        self.model = _copy(fp_model)
+        self.model = copy_model(fp_model)
         self.qmodel = qmodel
         self.names = UniqueNames.of_model(self.model)
-        self.fp_nodes = _nodes_by_name(self.model)
+        self.fp_nodes = nodes_by_name(self.model)
         self.inits: list[onnx.TensorProto] = []
         self.outputs: dict[tuple[int, int], tuple[str, ...]] = {}
-        self.float_outputs = _float_tensors(self.model)
-        self.q_nodes = _nodes_by_name(qmodel.model)
+        self.float_outputs = float_tensors(self.model)
+        self.q_nodes = nodes_by_name(qmodel.model)
         self.folded: dict[tuple[str, int], str | None] = {}
 
     def clone(self, index: int, variant: LocalVariant, node: onnx.NodeProto) -> list[onnx.NodeProto]:
@@ -300,8 +301,8 @@ def paired_graph(fp_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     Returns:
         The merged graph.
     """
-    model = _copy(fp_model)
-    quant = _copy(quant_model)
+    model = copy_model(fp_model)
+    quant = copy_model(quant_model)
     shared = {i.name for i in model.graph.input}
     rename: dict[str, str] = {}
     _rename_graph(quant.graph, rename, shared | {i.name for i in quant.graph.input})

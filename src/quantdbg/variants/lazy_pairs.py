@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import onnx
 
 from quantdbg.model.external import is_external
+from quantdbg.model.graph import nodes_by_name
 from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QdqRecord
 
@@ -39,7 +40,7 @@ def copy_pair(model: onnx.ModelProto, record: QdqRecord, names: UniqueNames, nod
     The pair's nodes are appended to ``nodes`` and its initializers, renamed, to ``inits``: the
     weight as a reference to its data file (no data is read), the scales and zero points.
     """
-    q_nodes = {node.name: node for node in model.graph.node}
+    q_nodes = nodes_by_name(model)
     q, dq = onnx.NodeProto(), onnx.NodeProto()
     q.CopyFrom(q_nodes[record.quantize_node])
     dq.CopyFrom(q_nodes[record.dequantize_node])

@@ -16,36 +16,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quantdbg.config import TensorKind
 from quantdbg.errors import ModelError
-from quantdbg.model.external import tensor_array
+from quantdbg.model.graph import copy_model, nodes_by_name, proto_constant, value_types
 from quantdbg.model.names import UniqueNames
 from quantdbg.qdq import QdqRecord, QuantizedModel
 from quantdbg.variants.bias_switch import switch_biases
 from quantdbg.variants.lazy_pairs import dequantize_per_run, lazy_pair
 
 ENABLE_PREFIX = "quantdbg_enable/"
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    return out
-
-
-def _nodes_by_name(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
-    return {node.name: node for node in model.graph.node}
-
-
-def _constant(model: onnx.ModelProto, name: str) -> np.ndarray | None:
-    """Values of an initializer or a Constant node's output named ``name``."""
-    for init in model.graph.initializer:
-        if init.name == name:
-            return tensor_array(init)
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.output[0] == name:
-            for attr in node.attribute:
-                if attr.name == "value":
-                    return tensor_array(attr.t)
-    return None
 
 
 @dataclass(frozen=True)
@@ -78,13 +55,13 @@ def fp32_weight(fp_model: onnx.ModelProto, record: QdqRecord) -> np.ndarray | No
     ``w_quantized``); the FP32 values are then the FP32 model's input of the same node at the same
     input index (node identity, not a name suffix).
     """
-    values = _constant(fp_model, record.tensor)
+    values = proto_constant(fp_model, record.tensor)
     if values is not None and np.issubdtype(values.dtype, np.floating):
         return values
     node = next((n for n in fp_model.graph.node if n.name == record.node), None)
     if node is None or len(node.input) <= record.input_index:
         return None
-    values = _constant(fp_model, node.input[record.input_index])
+    values = proto_constant(fp_model, node.input[record.input_index])
     return values if values is not None and np.issubdtype(values.dtype, np.floating) else None
 
 
@@ -123,24 +100,24 @@ def _dq_output(record: QdqRecord, nodes: Mapping[str, onnx.NodeProto]) -> str:
     return dq.output[0]
 
 
-def _folded_weight(model: onnx.ModelProto, record: QdqRecord, nodes: Mapping[str, onnx.NodeProto],
-                   source: str) -> np.ndarray | None:
+def folded_weight(model: onnx.ModelProto, record: QdqRecord, nodes: Mapping[str, onnx.NodeProto],
+                  source: str) -> np.ndarray | None:
     """DQ(Q(w)) of a constant weight, computed as ONNX defines it; None when not all constant."""
     dq = nodes[record.dequantize_node]
-    scale = _constant(model, dq.input[1])
-    zero = _constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+    scale = proto_constant(model, dq.input[1])
+    zero = proto_constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
     if scale is None:
         return None
     zero = np.zeros(scale.shape, np.int8) if zero is None else zero
     if record.quantize_node is not None:
-        weight = _constant(model, source)
+        weight = proto_constant(model, source)
         if weight is None:
             return None
         shaped_scale, shaped_zero = _broadcastable(scale, zero, dq, weight.ndim)
         info = np.iinfo(zero.dtype)
         ints = np.clip(np.round(weight.astype(np.float32) / shaped_scale) + shaped_zero, info.min, info.max)
     else:
-        ints = _constant(model, dq.input[0])
+        ints = proto_constant(model, dq.input[0])
         if ints is None:
             return None
         shaped_scale, shaped_zero = _broadcastable(scale, zero, dq, ints.ndim)
@@ -247,10 +224,10 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
     Raises:
         ModelError: A record does not match the model.
     """
-    model = _copy(qmodel.model)
+    model = copy_model(qmodel.model)
     names = UniqueNames.of_model(model)
-    nodes = _nodes_by_name(model)
-    types = float_value_types(model)
+    nodes = nodes_by_name(model)
+    types = value_types(model)
     switches = {layer: names(f"{ENABLE_PREFIX}{layer}") for layer in qmodel.layers}
     added: list[onnx.TensorProto] = []
     ifs: dict[str, list[onnx.NodeProto]] = {}
@@ -263,14 +240,14 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
             scale, quantized = dequantize_per_run(nodes[record.dequantize_node], switches[record.node], names)
             branch.append(scale)
         elif record.kind is TensorKind.WEIGHT:
-            folded = _folded_weight(model, record, nodes, source)
+            folded = folded_weight(model, record, nodes, source)
             if folded is not None:
                 added.append(numpy_helper.from_array(folded, names(f"{record.tensor}/fake_quantized")))
                 quantized = added[-1].name
         q_node = nodes.get(record.quantize_node) if record.quantize_node else None
         out = names(f"{dq_out}/switched")
         dq = nodes[record.dequantize_node]
-        zero = _constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+        zero = proto_constant(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
         branch.append(_switch_node(
             record, switches[record.node], source, quantized, q_node, out, names,
             types.get(dq_out, TensorProto.FLOAT), None if zero is None else zero.dtype))
@@ -289,13 +266,3 @@ def switch_graph(qmodel: QuantizedModel, fp_model: onnx.ModelProto) -> SwitchGra
     return SwitchGraph(model, switches)
 
 
-def _float_tensors(model: onnx.ModelProto) -> set[str]:
-    """Names of float32 values known from shape inference (plus graph inputs/outputs)."""
-    values = (*model.graph.value_info, *model.graph.input, *model.graph.output)
-    return {v.name for v in values if v.type.tensor_type.elem_type == TensorProto.FLOAT}
-
-
-def float_value_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Value name -> ONNX element type, from the model's value_info, inputs and outputs."""
-    values = (*model.graph.value_info, *model.graph.input, *model.graph.output)
-    return {v.name: v.type.tensor_type.elem_type for v in values}
