@@ -315,7 +315,7 @@ def _start_calib(result: AutoResult, calib: CalibConfig) -> CalibConfig:
     """The calibration of the flow's INT8 start: ``calib``, with the calibrator choice if it was the start."""
     from quantdbg.pipeline.repairs import with_per_tensor
 
-    start = next((r for r in result.repairs if r.at_start), None)
+    start = result.recipe.start_choice
     return calib if start is None else with_per_tensor(calib, {c.tensor: c.calibrator for c in start.changes})
 
 

@@ -55,11 +55,12 @@ GATE_SAMPLES = 64
 the models on."""
 
 
-def _check_gate(owner: str, gain: float | None, samples: int) -> None:
+def _check_gate(owner: str, field_name: str, gain: float | None, samples: int) -> None:
     if gain is not None and not math.isfinite(gain):
-        raise ConfigError(f"{owner} must be a finite number of dB or None (no gate), got {gain}.")
+        raise ConfigError(f"{owner}.{field_name} must be a finite number of dB or None (no gate), got "
+                          f"{gain}.")
     if samples < 1:
-        raise ConfigError(f"{owner.rsplit('.', 1)[0]}.gate_samples must be >= 1, got {samples}.")
+        raise ConfigError(f"{owner}.gate_samples must be >= 1, got {samples}.")
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class _Gated(_KeptIfBetter):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_gate(f"{type(self).__name__}.min_sqnr_gain", self.min_sqnr_gain, self.gate_samples)
+        _check_gate(type(self).__name__, "min_sqnr_gain", self.min_sqnr_gain, self.gate_samples)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ class CalibratorRepairConfig(_KeptIfBetter):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_gate("CalibratorRepairConfig.start_sqnr_gain", self.start_sqnr_gain, self.gate_samples)
+        _check_gate("CalibratorRepairConfig", "start_sqnr_gain", self.start_sqnr_gain, self.gate_samples)
 
 
 @dataclass(frozen=True)

@@ -141,8 +141,7 @@ class _Flow:
         with self.context.evaluator(start) as scorer:
             fp32, int8 = self._baseline(scorer, start)
             if chosen is not None:
-                record = chosen.record(int8, int8, True)
-                self.records.append(replace(record, reason=chosen.reason, at_start=True))
+                self.records.append(chosen.start_record(int8))
             stage, repaired = self._repair(scorer, start, int8)
         values = (fp32, int8, repaired)
         if self.target.is_met(repaired):

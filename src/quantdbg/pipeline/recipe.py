@@ -67,6 +67,11 @@ class AutoRecipe(Serializable):
         return tuple(r.repair for r in self.repairs if r.kept)
 
     @property
+    def start_choice(self) -> RepairRecord | None:
+        """The record of the calibrator choice made the INT8 start (None: the default calibration was)."""
+        return next((r for r in self.repairs if r.at_start), None)
+
+    @property
     def kept_after_start(self) -> tuple[str, ...]:
         """The repairs kept after the first INT8 evaluation (not a calibrator choice made the INT8 start)."""
         return tuple(r.repair for r in self.repairs if r.kept and not r.at_start)

@@ -95,6 +95,12 @@ class Proposal:
         return RepairRecord(self.repair, after is not None, kept, before, after, reason, self.calibrators,
                             self.smoothing, self.output_sqnr)
 
+    def start_record(self, value: float) -> RepairRecord:
+        """The record of this proposal as the INT8 start, whose task metric is ``value`` (kept; nothing
+        before it was evaluated)."""
+        return RepairRecord(self.repair, True, True, value, value, self.reason, self.calibrators,
+                            self.smoothing, self.output_sqnr, at_start=True)
+
 
 class RepairPass(Protocol):
     """One INT8 repair."""

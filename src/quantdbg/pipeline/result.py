@@ -134,13 +134,9 @@ def _final(result: AutoResult) -> str:
     loss = (f"loss {target.relative_loss(value):.3g} %; "
             if target.kind == "relative_loss" and target.reference is not None else "")
     repaired = f", repaired {result.repaired_value:.4g}" if result.recipe.kept_after_start else ""
-    start = "INT8 with the calibrator per tensor" if _chosen_start(result) else "default INT8"
+    start = "INT8 with the calibrator per tensor" if result.recipe.start_choice else "default INT8"
     return (f"{result.metric} {value:.4g} ({loss}FP32 {result.fp32_value:.4g}, {start} "
             f"{result.int8_value:.4g}{repaired})")
-
-
-def _chosen_start(result: AutoResult) -> bool:
-    return any(r.at_start for r in result.recipe.repairs)
 
 
 def _best(plan: FallbackPlan, target: FallbackTarget) -> FallbackEvaluation | None:

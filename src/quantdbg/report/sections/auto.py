@@ -29,7 +29,7 @@ def _summary(result: AutoResult) -> Table:
 
 
 def _start_label(result: AutoResult) -> str:
-    if any(r.at_start for r in result.repairs):
+    if result.recipe.start_choice is not None:
         return "INT8 start (calibrator per tensor)"
     return "default INT8"
 
