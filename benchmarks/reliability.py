@@ -41,10 +41,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import _reliability_names as names  # noqa: E402
 import _reliability_outputs as outputs  # noqa: E402
 import _reliability_processes as processes  # noqa: E402
 import _reliability_resume as resume  # noqa: E402
+from json_docs import json_paths  # noqa: E402
 
 from quantdbg.cli import main
 from quantdbg.demo import INPUT_NAME, load_embedded
@@ -198,7 +200,7 @@ def run_signal_cases(work: Path) -> list[tuple[str, ...]]:
 def _mutate(doc: Any, rng: np.random.Generator) -> str:
     doc = json.loads(json.dumps(doc))
     for _ in range(int(rng.integers(1, 4))):
-        paths = list(_paths(doc))
+        paths = list(json_paths(doc))
         path = paths[int(rng.integers(len(paths)))]
         if not path:
             continue
@@ -213,16 +215,6 @@ def _mutate(doc: Any, rng: np.random.Generator) -> str:
             parent[path[-1]] = values[int(rng.integers(len(values)))]
     text = json.dumps(doc)
     return text[:int(rng.integers(len(text)))] if rng.random() < 0.1 else text
-
-
-def _paths(value: Any, prefix: tuple = ()):
-    yield prefix
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _paths(item, (*prefix, index))
 
 
 def _tally(name: str, attempts: Iterable[Callable[[], Any]]) -> tuple[str, ...]:
