@@ -117,3 +117,8 @@ def score_command(folder: Path) -> str:
     """The ``--evaluate`` command scoring ``{model}`` with the files of :func:`write_task_files`."""
     return " ".join(shlex.quote(str(a)) for a in (sys.executable, folder / "score.py")) + \
         f" {{model}} {shlex.quote(str(folder / 'eval.npz'))} {shlex.quote(str(folder / 'ref.npz'))}"
+
+
+def record_scales(qmodel) -> list[tuple[str, int, bytes]]:  # noqa: ANN001
+    """Each Q/DQ record's (node, input, scale bytes): two quantized models with equal scales, exactly."""
+    return [(r.node, r.input_index, np.asarray(r.scale, np.float32).tobytes()) for r in qmodel.records]

@@ -105,6 +105,13 @@ def test_repair_configs_refuse_bad_values():
     with pytest.raises(ConfigError) as err:
         BiasCorrectionRepairConfig(gate_samples=0)
     assert str(err.value) == "BiasCorrectionRepairConfig.gate_samples must be >= 1, got 0."
+    with pytest.raises(ConfigError) as err:
+        CalibratorRepairConfig(start_sqnr_gain=float("nan"))
+    assert str(err.value) == ("CalibratorRepairConfig.start_sqnr_gain must be a finite number of dB or None "
+                              "(no gate), got nan.")
+    with pytest.raises(ConfigError) as err:
+        CalibratorRepairConfig(gate_samples=0)
+    assert str(err.value) == "CalibratorRepairConfig.gate_samples must be >= 1, got 0."
 
 
 def test_a_bad_field_in_json_is_named():

@@ -37,9 +37,6 @@ def _dq_fed(model: onnx.ModelProto) -> dict[str, bool]:
             for node in model.graph.node if node.op_type in ("Conv", "Gemm", "MatMul")}
 
 
-def _scales(qmodel) -> list[tuple[str, int, bytes]]:  # noqa: ANN001
-    return [(r.node, r.input_index, np.asarray(r.scale, np.float32).tobytes()) for r in qmodel.records]
-
 
 @pytest.fixture(scope="module")
 def clipped():
@@ -94,7 +91,7 @@ def test_the_recipe_reapplied_to_a_reexport_gives_byte_identical_scales(clipped,
     recipe = read_recipe(path)
     assert recipe == result.recipe == AutoRecipe.from_dict(json.loads(json.dumps(result.recipe.to_dict())))
     again = quantdbg.pipeline.apply_recipe(reexport, calib, recipe, batch_size=7)
-    assert _scales(again) == _scales(result.model)
+    assert ma.record_scales(again) == ma.record_scales(result.model)
     same = quantdbg.pipeline.apply_recipe(model, calib, path)
     assert same.model.SerializeToString() == result.model.model.SerializeToString()
 
