@@ -37,7 +37,6 @@ def _dq_fed(model: onnx.ModelProto) -> dict[str, bool]:
             for node in model.graph.node if node.op_type in ("Conv", "Gemm", "MatMul")}
 
 
-
 @pytest.fixture(scope="module")
 def clipped():
     rng = np.random.default_rng(0)
